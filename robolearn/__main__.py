@@ -1,0 +1,3 @@
+from robolearn.cli import main
+
+main()

@@ -1,0 +1,190 @@
+"""The actor process: one robot's control loop executing action chunks from a tick-tagged queue.
+
+    per tick t:
+        if no action is queued for t:            (a chunk boundary)
+            apply the newest received weights   (so a new version starts with a fresh chunk)
+            chunk = policy(obs) -> actions for ticks t .. t+H-1 (tagged with the weights' version)
+        a = queue.pop(t); obs', r, done = env.step(a)
+        record the transition; PUSH a batch every ``send_every`` steps and at the episode end
+
+Inference runs in-process here (the latency-aware asynchronous runtime replaces this call). In sim
+(``runtime.realtime=false``) the loop runs as fast as the learner's update-to-data ratio allows;
+with ``realtime=true`` it sleeps to the robot's control period, as on hardware.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import zmq
+
+from robolearn.actor.action_queue import ActionQueue
+from robolearn.actor.weights import WeightSubscriber
+from robolearn.clock import FreeClock, RealClock
+from robolearn.config import RunConfig
+from robolearn.learner.loop import build_task_and_policy
+from robolearn.logging.status import read_json, write_json_atomic
+from robolearn.runtime.process import StopFlag
+from robolearn.runtime.rundir import RunDir
+from robolearn.specs import check_compatible
+from robolearn.transition import ActionSource, TransitionWriter
+from robolearn.transport.sockets import send
+from robolearn.transport.wire import RejectCounter
+
+
+class Actor:
+    def __init__(self, run: RunDir, cfg: RunConfig, index: int, stop: StopFlag) -> None:
+        self.run, self.cfg, self.index, self.stop = run, cfg, index, stop
+        torch.set_num_threads(cfg.runtime.actor_threads)
+        torch.manual_seed(cfg.seed + 1000 + index)
+        self.env, self.policy = build_task_and_policy(cfg)
+        self.policy.eval()
+        check_compatible(self.env.observation_spec, self.env.action_spec, self.env.observation_spec,
+                         self.env.action_spec)
+        self.robot_id = f"{self.env.robot.name}-{index}"
+        self.name = f"actor-{index}"
+        self.rejects = RejectCounter()
+        self.queue = ActionQueue()
+        self.stalls = 0
+        self.env_steps = 0
+        self.episodes = 0
+        self.successes = 0
+        self.chunk_id = 0
+        self._meta_env_steps: int | None = None
+        self._steps_since_meta = 0
+
+    def _wait_for(self, what: str, ready, timeout_s: float):
+        deadline = time.monotonic() + timeout_s
+        while not self.stop:
+            value = ready()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"[{self.name}] no {what} after {timeout_s:.0f} s")
+            time.sleep(0.02)
+        return None
+
+    def _wait_for_learner(self) -> None:
+        """Sim only: hold the (frozen) simulation while the learner is behind its update-to-data ratio.
+
+        The learner's weight messages carry its ingested step count and the step count it allows;
+        steps taken since that message are counted here.
+        """
+        while not self.stop:
+            meta = self.weights.learner_meta
+            if meta.get("env_steps") != self._meta_env_steps:
+                self._meta_env_steps, self._steps_since_meta = meta.get("env_steps"), 0
+            if meta.get("env_steps", 0) + self._steps_since_meta < meta.get("allowed_env_steps", 0):
+                return
+            self.weights.poll(timeout_ms=20)
+
+    def run_forever(self) -> None:
+        cfg = self.cfg
+        endpoints = self._wait_for("learner endpoints", lambda: read_json(self.run.endpoints),
+                                   cfg.runtime.startup_timeout_s)
+        if endpoints is None:
+            return
+        ctx = zmq.Context()
+        push = ctx.socket(zmq.PUSH)
+        push.setsockopt(zmq.SNDHWM, 100000)
+        push.setsockopt(zmq.LINGER, 5000)  # a stopping actor still delivers what it sent
+        push.connect(endpoints["transitions"])
+        self.weights = WeightSubscriber(ctx, endpoints["weights"], self.policy, self.rejects)
+
+        def first_weights() -> bool:
+            self.weights.poll(timeout_ms=20)
+            return self.weights.apply_pending()
+
+        if not self._wait_for("weights from the learner", first_weights, cfg.runtime.startup_timeout_s):
+            return
+        print(f"[{self.name}] got weights v{self.weights.version}; acting on {self.robot_id}", flush=True)
+
+        clock = RealClock(self.env.robot.config.control_hz) if cfg.runtime.realtime else FreeClock()
+        episode_id = int(endpoints["next_episode_id"]) + self.index
+        tick = 0
+        seq = 0
+        last_status = 0.0
+        while not self.stop:
+            obs, _ = self.env.reset(seed=cfg.seed * 1_000_003 + episode_id)
+            writer = TransitionWriter(self.env.observation_spec)
+            self.queue.clear()
+            clock.reset()
+            for step in range(10**9):
+                if not cfg.runtime.realtime:
+                    self._wait_for_learner()
+                if self.stop:
+                    break
+                if not self.queue.has(tick):
+                    self.weights.apply_pending()  # chunk boundary: swap in the newest version
+                    chunk = self.policy.act(obs["state"])
+                    self.queue.push_chunk(tick, self.env.action_spec.to_robot(chunk), self.chunk_id,
+                                          self.weights.version)
+                    self.chunk_id += 1
+                item = self.queue.pop(tick)
+                if item is None:  # cannot happen with in-process inference; counted like a real stall
+                    self.stalls += 1
+                    action = np.zeros(self.env.action_spec.dim, np.float32)
+                    item_fields = dict(policy_version=self.weights.version, chunk_id=-1, chunk_index=0,
+                                       delay_ticks=0)
+                else:
+                    action = item.action
+                    item_fields = dict(policy_version=item.policy_version, chunk_id=item.chunk_id,
+                                       chunk_index=item.chunk_index, delay_ticks=item.delay_ticks)
+                t_obs = time.time()
+                next_obs, reward, terminated, truncated, info = self.env.step(action)
+                writer.add(obs, action, action_source=ActionSource.POLICY, intervention=False, reward=reward,
+                           terminated=terminated, truncated=truncated, success=bool(info.get("success", False)),
+                           episode_id=episode_id, step=step, tick=tick, t_obs=t_obs, t_act=time.time(),
+                           **item_fields)
+                obs = next_obs
+                tick += 1
+                self.env_steps += 1
+                self._steps_since_meta += 1
+                if terminated or truncated:
+                    self.episodes += 1
+                    self.successes += int(bool(info.get("success", False)))
+                    send(push, "transitions", self.robot_id, seq, {}, writer.flush(final_obs=obs))
+                    seq += 1
+                    break
+                if len(writer) >= cfg.runtime.send_every:
+                    send(push, "transitions", self.robot_id, seq, {}, writer.flush())
+                    seq += 1
+                self.weights.poll()
+                now = time.monotonic()
+                if now - last_status >= cfg.runtime.status_every_s:
+                    self._write_status(clock)
+                    last_status = now
+                clock.wait()
+            if len(writer):  # stopped mid-episode: deliver what was done, marked truncated; nothing is lost
+                send(push, "transitions", self.robot_id, seq, {}, writer.flush(final_obs=obs, truncate=True))
+                seq += 1
+            episode_id += cfg.runtime.num_actors
+        self._write_status(clock, final=True)
+        self.weights.close()
+        push.close()  # lingers up to 5 s to deliver queued transitions
+        ctx.term()
+        self.env.close()
+
+    def _write_status(self, clock, final: bool = False) -> None:
+        write_json_atomic(self.run.status(self.name), {
+            "robot_id": self.robot_id, "env_steps": self.env_steps, "episodes": self.episodes,
+            "successes": self.successes, "version": self.weights.version,
+            "versions_received": len(self.weights.versions_received),
+            "first_version": min(self.weights.versions_received, default=0), "rejected_messages": self.rejects.total,
+            "last_reject": self.rejects.last_reason, "stalled_ticks": self.stalls,
+            "missed_deadlines": clock.missed_deadlines, "pid": os.getpid(), "final": final,
+        })
+
+
+def main(run: RunDir, cfg: RunConfig, index: int) -> int:
+    stop = StopFlag()
+    try:
+        Actor(run, cfg, index, stop).run_forever()
+    except TimeoutError as exc:
+        print(exc, file=sys.stderr, flush=True)
+        return 2
+    return 0

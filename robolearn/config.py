@@ -1,0 +1,106 @@
+"""The run configuration: hydra composes it, this module validates it into typed dataclasses.
+
+Every group (task, robot, policy, algo, runtime) is checked against the config dataclass registered
+under its ``name``; unknown keys, wrong types and out-of-range values fail at start with a message
+that names the key (``ConfigError``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from robolearn import registry
+
+
+class ConfigError(ValueError):
+    """A configuration key or value is wrong; the message names it."""
+
+
+@dataclass
+class BudgetConfig:
+    minutes: float = 3.0               # wall-clock minutes for this invocation
+    env_steps: int | None = None       # stop after this many environment steps in total (None: no limit)
+
+    def __post_init__(self) -> None:
+        if self.minutes <= 0:
+            raise ValueError(f"budget.minutes must be > 0, got {self.minutes}")
+        if self.env_steps is not None and self.env_steps <= 0:
+            raise ValueError(f"budget.env_steps must be > 0, got {self.env_steps}")
+
+
+@dataclass
+class BufferConfig:
+    capacity: int = 1_000_000
+    fsync: str = "batched"             # strict: fsync every write | batched: every fsync_interval_s | off
+    fsync_interval_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.capacity < 1000:
+            raise ValueError(f"buffer.capacity must be >= 1000, got {self.capacity}")
+        if self.fsync not in ("strict", "batched", "off"):
+            raise ValueError(f"buffer.fsync must be strict, batched or off, got {self.fsync!r}")
+
+
+@dataclass
+class TopLevel:
+    run_name: str = "run"
+    runs_dir: str = "runs"
+    seed: int = 0
+    resume: bool = False
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    buffer: BufferConfig = field(default_factory=BufferConfig)
+
+
+@dataclass
+class RunConfig:
+    run_name: str
+    runs_dir: str
+    seed: int
+    resume: bool
+    budget: BudgetConfig
+    buffer: BufferConfig
+    task: Any
+    robot: Any
+    policy: Any
+    algo: Any
+    runtime: Any
+
+
+def _typed(schema: type, values: Any, where: str) -> Any:
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(schema), values)
+        return OmegaConf.to_object(merged)
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None)
+        name = f"{where}.{key}" if key and where else (key or where or "config")
+        msg = (getattr(exc, "msg", None) or str(exc)).splitlines()[0]
+        raise ConfigError(f"config error at '{name}': {msg}") from None
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"config error: {exc}") from None
+
+
+def validate(cfg: DictConfig | dict) -> RunConfig:
+    """Turn a composed config into a ``RunConfig``; raise ``ConfigError`` naming what is wrong."""
+    container = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(container, dict)
+    groups: dict[str, Any] = {}
+    for group in registry.GROUPS:
+        section = container.get(group)
+        if not isinstance(section, dict) or "name" not in section:
+            raise ConfigError(f"config group '{group}' is missing or has no 'name'")
+        try:
+            entry = registry.lookup(group, section["name"])
+        except KeyError as exc:
+            raise ConfigError(f"config error at '{group}.name': {exc.args[0]}") from None
+        groups[group] = _typed(entry.config_cls, section, group)
+    top = {k: v for k, v in container.items() if k not in registry.GROUPS and k != "hydra"}
+    top_typed = _typed(TopLevel, top, "")
+    return RunConfig(**{k: getattr(top_typed, k) for k in TopLevel.__dataclass_fields__}, **groups)
+
+
+def to_yaml(cfg: RunConfig) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))

@@ -1,0 +1,42 @@
+"""Evaluate a run's latest checkpoint in its task, in-process, on seeded episodes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from robolearn.config import validate
+from robolearn.learner.loop import build_task_and_policy
+from robolearn.runtime.rundir import RunDir
+
+
+def evaluate(run_dir: Path, episodes: int = 20, seed: int = 12345, deterministic: bool = True) -> dict:
+    run = RunDir(run_dir)
+    if not run.config.exists():
+        raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml)")
+    if not run.checkpoint.exists():
+        raise FileNotFoundError(f"{run_dir} has no checkpoint yet ({run.checkpoint})")
+    cfg = validate(OmegaConf.to_container(OmegaConf.load(run.config)))
+    env, policy = build_task_and_policy(cfg)
+    state = torch.load(run.checkpoint, weights_only=True)
+    policy.load_state_dict(state["algo"]["actor"])
+    policy.eval()
+    successes, returns = 0, []
+    for ep in range(episodes):
+        obs, _ = env.reset(seed=seed + ep)
+        total, done, info = 0.0, False, {}
+        while not done:
+            for a in env.action_spec.to_robot(policy.act(obs["state"], deterministic=deterministic)):
+                obs, r, term, trunc, info = env.step(a)
+                total += r
+                done = term or trunc
+                if done:
+                    break
+        successes += int(bool(info.get("success", False)))
+        returns.append(total)
+    env.close()
+    return {"episodes": episodes, "success_rate": successes / episodes, "mean_return": float(np.mean(returns)),
+            "policy_version": int(state["version"])}

@@ -1,0 +1,192 @@
+"""Soft actor-critic with a LayerNorm critic ensemble (RLPD-style), for state observations.
+
+Reads top to bottom like the math (ALGORITHMS.md section 3):
+
+    y      = r + discount * (min_{j in subset} Q'_j(s', a') - alpha * log pi(a'|s')),  a' ~ pi(s')
+    L_Q    = sum_i mean_B (Q_i(s, a) - y)^2
+    L_pi   = mean_B (alpha * log pi(a~|s) - mean_i Q_i(s, a~)),  a~ ~ pi(s)
+    L_alpha = -mean_B log_alpha * (log pi(a~|s) + target_entropy)
+
+``discount`` is gamma^n for an n-step (or H-step chunk) window and 0 after termination; the buffer
+provides it. Actions are normalised to [-1, 1]; with chunk horizon H the critic scores the whole
+chunk Q(s, a_{t:t+H}) (the action input is H * A wide). Target entropy is -|A|/2.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from robolearn.policies.mlp import GaussianChunkPolicy, ObsNormaliser
+from robolearn.registry import register
+
+
+@dataclass
+class SACConfig:
+    """``algo=sac``."""
+
+    name: str = "sac"
+    num_critics: int = 2
+    critic_subset: int = 2         # target = min over a random subset of this many critics
+    critic_hidden_dims: list[int] = field(default_factory=lambda: [256, 256])
+    gamma: float = 0.97
+    tau: float = 0.005
+    actor_lr: float = 1e-3
+    critic_lr: float = 1e-3
+    temperature_lr: float = 3e-4
+    init_temperature: float = 0.1
+    batch_size: int = 128
+    utd_ratio: float = 1.0         # critic updates per environment step
+    actor_update_every: int = 1    # actor (and temperature) updated every k critic updates
+    learning_starts: int = 500     # environment steps before the first update
+    publish_every: int = 25        # publish weights every K updates
+    checkpoint_every_s: float = 20.0
+
+    def __post_init__(self) -> None:
+        if self.num_critics < 2 or not 1 <= self.critic_subset <= self.num_critics:
+            raise ValueError(f"algo.num_critics must be >= 2 and 1 <= algo.critic_subset <= num_critics, "
+                             f"got {self.num_critics}/{self.critic_subset}")
+        if not 0 < self.gamma <= 1:
+            raise ValueError(f"algo.gamma must be in (0, 1], got {self.gamma}")
+        if not 0 < self.tau <= 1:
+            raise ValueError(f"algo.tau must be in (0, 1], got {self.tau}")
+        if self.utd_ratio <= 0:
+            raise ValueError(f"algo.utd_ratio must be > 0, got {self.utd_ratio}")
+        for key in ("batch_size", "actor_update_every", "publish_every"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"algo.{key} must be >= 1, got {getattr(self, key)}")
+
+
+class EnsembleLinear(nn.Module):
+    """N independent linear layers applied in one batched matmul: (N, B, in) -> (N, B, out)."""
+
+    def __init__(self, n: int, d_in: int, d_out: int) -> None:
+        super().__init__()
+        bound = 1 / math.sqrt(d_in)
+        self.weight = nn.Parameter(torch.empty(n, d_in, d_out).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(n, 1, d_out).uniform_(-bound, bound))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class EnsembleCritic(nn.Module):
+    """N Q-networks: Linear -> LayerNorm -> ReLU blocks, then a scalar head. Returns (N, B)."""
+
+    def __init__(self, normalise: ObsNormaliser, obs_dim: int, action_dim: int, n: int, hidden: list[int]) -> None:
+        super().__init__()
+        self.n = n
+        self.normalise = normalise
+        sizes = [obs_dim + action_dim, *hidden]
+        self.layers = nn.ModuleList(EnsembleLinear(n, a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+        self.ln_weight = nn.ParameterList(nn.Parameter(torch.ones(n, 1, h)) for h in hidden)
+        self.ln_bias = nn.ParameterList(nn.Parameter(torch.zeros(n, 1, h)) for h in hidden)
+        self.head = EnsembleLinear(n, hidden[-1], 1)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([self.normalise(obs), action], dim=-1).expand(self.n, -1, -1)
+        for layer, w, b in zip(self.layers, self.ln_weight, self.ln_bias):
+            x = layer(x)
+            x = F.relu(F.layer_norm(x, x.shape[-1:]) * w + b)
+        return self.head(x).squeeze(-1)
+
+
+class SAC:
+    """Holds the networks and optimisers; ``update`` does one critic step (and maybe an actor step)."""
+
+    def __init__(self, policy: GaussianChunkPolicy, config: SACConfig, seed: int = 0) -> None:
+        self.cfg = config
+        self.actor = policy
+        act_dim = policy.horizon * policy.action_dim
+        # the critics share the policy's fixed observation normaliser (buffers, nothing trained)
+        self.critic = EnsembleCritic(policy.normalise, policy.obs_dim, act_dim, config.num_critics,
+                                     config.critic_hidden_dims)
+        self.critic_target = EnsembleCritic(policy.normalise, policy.obs_dim, act_dim, config.num_critics,
+                                            config.critic_hidden_dims)
+        self.critic_target.load_state_dict(self.critic.state_dict())
+        self.critic_target.requires_grad_(False)
+        self.log_alpha = torch.tensor(math.log(config.init_temperature), requires_grad=True)
+        self.target_entropy = -act_dim / 2
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=config.actor_lr, fused=True)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=config.critic_lr, fused=True)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=config.temperature_lr)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.num_updates = 0
+        self._last_actor_metrics: dict[str, float] = {}
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        """One update from a batch: obs (B, D), action (B, H*A) in [-1, 1], reward (B,),
+        discount (B,) = gamma^n or 0 after termination, next_obs (B, D)."""
+        obs, action, reward, discount, next_obs = (
+            batch["obs"], batch["action"], batch["reward"], batch["discount"], batch["next_obs"])
+        alpha = self.log_alpha.exp().detach()
+
+        # --- critic: regress every member onto the min over a random subset of target critics
+        with torch.no_grad():
+            next_action, next_log_prob = self.actor.sample(next_obs)
+            target_q = self.critic_target(next_obs, next_action)
+            subset = torch.randperm(self.cfg.num_critics, generator=self.generator)[: self.cfg.critic_subset]
+            next_v = target_q[subset].min(dim=0).values - alpha * next_log_prob
+            y = reward + discount * next_v
+        q = self.critic(obs, action)
+        critic_loss = ((q - y.unsqueeze(0)) ** 2).mean(dim=1).sum()
+        self.critic_opt.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_opt.step()
+
+        # --- Polyak averaging of the target critics
+        with torch.no_grad():
+            for p, tp in zip(self.critic.parameters(), self.critic_target.parameters()):
+                tp.lerp_(p, self.cfg.tau)
+
+        self.num_updates += 1
+        metrics = {"critic_loss": critic_loss.item(), "q_mean": q.mean().item()}
+
+        # --- actor and temperature, every k critic updates
+        if self.num_updates % self.cfg.actor_update_every == 0:
+            new_action, log_prob = self.actor.sample(obs)
+            self.critic.requires_grad_(False)
+            q_pi = self.critic(obs, new_action).mean(dim=0)
+            self.critic.requires_grad_(True)
+            actor_loss = (alpha * log_prob - q_pi).mean()
+            self.actor_opt.zero_grad(set_to_none=True)
+            actor_loss.backward()
+            self.actor_opt.step()
+
+            alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+            self.alpha_opt.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            self.alpha_opt.step()
+            self._last_actor_metrics = {"actor_loss": actor_loss.item(), "alpha": self.log_alpha.exp().item(),
+                                        "entropy": -log_prob.mean().item()}
+        metrics.update(self._last_actor_metrics)
+        return metrics
+
+    # --- checkpointing: everything needed for the next update to equal an uninterrupted run's
+    def state_dict(self) -> dict:
+        return {
+            "actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
+            "critic_target": self.critic_target.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
+            "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
+            "alpha_opt": self.alpha_opt.state_dict(), "generator": self.generator.get_state(),
+            "num_updates": self.num_updates,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.critic_target.load_state_dict(state["critic_target"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        self.alpha_opt.load_state_dict(state["alpha_opt"])
+        self.generator.set_state(state["generator"])
+        self.num_updates = int(state["num_updates"])
+
+
+register("algo", "sac", SACConfig, SAC)

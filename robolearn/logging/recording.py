@@ -1,0 +1,58 @@
+"""The run's rerun recording (``runs/<name>/run.rrd``).
+
+Entities (one scalar series per element, batched with ``send_columns``):
+- ``robot/<robot_id>/observation/state`` on the ``tick`` timeline (control ticks),
+- ``robot/<robot_id>/action`` (executed action, robot units), ``robot/<robot_id>/reward``,
+- ``learner/<metric>`` (losses, temperature, ...) on the ``learner_step`` timeline.
+
+The learner owns the recording: every transition passes through it anyway, so one process writes
+one file and nothing is logged twice. A resumed run starts a new segment file ``run.<k>.rrd`` next to
+the first one, so no earlier recording is overwritten.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import rerun as rr
+
+from robolearn.transition import OBS_PREFIX
+
+
+def recording_path(run_dir: Path) -> Path:
+    first = run_dir / "run.rrd"
+    if not first.exists():
+        return first
+    k = 1
+    while (run_dir / f"run.{k}.rrd").exists():
+        k += 1
+    return run_dir / f"run.{k}.rrd"
+
+
+class Recording:
+    def __init__(self, run_dir: Path, run_name: str) -> None:
+        self.path = recording_path(run_dir)
+        self.stream = rr.RecordingStream("robolearn", recording_id=run_name)
+        self.stream.save(str(self.path))
+
+    def log_transitions(self, robot_id: str, arrays: dict[str, np.ndarray]) -> None:
+        ticks = rr.TimeColumn("tick", sequence=arrays["tick"])
+        base = f"robot/{robot_id}"
+        for path, values in ((f"{base}/observation/state", arrays[f"{OBS_PREFIX}state"]),
+                             (f"{base}/action", arrays["action"])):
+            n, d = values.shape
+            col = rr.Scalars.columns(scalars=values.astype(np.float64).reshape(-1)).partition([d] * n)
+            rr.send_columns(path, indexes=[ticks], columns=col, recording=self.stream)
+        rr.send_columns(f"{base}/reward", indexes=[ticks],
+                        columns=rr.Scalars.columns(scalars=arrays["reward"].astype(np.float64)),
+                        recording=self.stream)
+
+    def log_learner(self, step: int, metrics: dict[str, float]) -> None:
+        self.stream.set_time("learner_step", sequence=step)
+        for key, value in metrics.items():
+            self.stream.log(f"learner/{key}", rr.Scalars(float(value)))
+
+    def close(self) -> None:
+        self.stream.flush()
+        self.stream.disconnect()

@@ -1,0 +1,230 @@
+"""The embedded local runtime: a learner process and actor processes on this machine.
+
+    start learner -> wait for its endpoints.json -> start actors -> watch:
+        live console line from the processes' status files; stop when the budget is spent,
+        on Ctrl-C, or when a process dies -> stop actors (they flush), then the learner
+        (it drains, persists, checkpoints) -> print and write the summary.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from robolearn.config import RunConfig
+from robolearn.logging.status import read_json, write_json_atomic
+from robolearn.registry import register
+from robolearn.runtime.rundir import RunDir
+
+
+@dataclass
+class LocalRuntimeConfig:
+    """``runtime=local``."""
+
+    name: str = "local"
+    host: str = "127.0.0.1"
+    num_actors: int = 1
+    realtime: bool = False
+    max_steps_ahead: int = 200
+    send_every: int = 10
+    learner_threads: int = 1
+    actor_threads: int = 1
+    weights_heartbeat_s: float = 1.0
+    status_every_s: float = 0.5
+    startup_timeout_s: float = 120.0
+    shutdown_timeout_s: float = 30.0
+    live_console: bool = True
+
+    def __post_init__(self) -> None:
+        for key in ("num_actors", "send_every", "learner_threads", "actor_threads"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"runtime.{key} must be >= 1, got {getattr(self, key)}")
+        if self.max_steps_ahead < 0:
+            raise ValueError(f"runtime.max_steps_ahead must be >= 0, got {self.max_steps_ahead}")
+
+
+class _Proc:
+    def __init__(self, name: str, run: RunDir, args: list[str]) -> None:
+        self.name = name
+        run.log(name).parent.mkdir(parents=True, exist_ok=True)
+        self.log = open(run.log(name), "a")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # own session: a terminal's Ctrl-C reaches only the runtime, which then stops us in order
+        self.popen = subprocess.Popen([sys.executable, "-m", "robolearn.runtime.worker", *args],
+                                      stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self, timeout_s: float) -> int:
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                print(f"[runtime] {self.name} did not stop in {timeout_s:.0f} s; killing it", file=sys.stderr)
+                self.popen.kill()
+                self.popen.wait()
+        self.log.close()
+        return self.popen.returncode
+
+
+def _tail(path: Path, n: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except FileNotFoundError:
+        return ""
+
+
+def run_local(cfg: RunConfig, run: RunDir) -> dict:
+    """Run until the budget is spent or Ctrl-C; return the summary (also written to summary.json)."""
+    rt: LocalRuntimeConfig = cfg.runtime
+    for stale in [run.endpoints, *run.root.glob("status/*.json")]:
+        stale.unlink(missing_ok=True)
+    console = Console()
+    t0 = time.monotonic()
+    procs: dict[str, _Proc] = {"learner": _Proc("learner", run, ["learner", str(run.root)])}
+    write_json_atomic(run.root / "pids.json", {"learner": procs["learner"].popen.pid})
+    failure = ""
+    stop_reason = ""
+    try:
+        while not run.endpoints.exists():
+            if not procs["learner"].alive():
+                raise RuntimeError("the learner exited during start-up:\n" + _tail(run.log("learner")))
+            if time.monotonic() - t0 > rt.startup_timeout_s:
+                raise RuntimeError(f"the learner did not start within {rt.startup_timeout_s} s")
+            time.sleep(0.05)
+        for i in range(rt.num_actors):
+            procs[f"actor-{i}"] = _Proc(f"actor-{i}", run, ["actor", str(run.root), str(i)])
+        write_json_atomic(run.root / "pids.json", {k: p.popen.pid for k, p in procs.items()})
+        t_run = time.monotonic()
+        live = rt.live_console and console.is_terminal
+        with Live(Text("starting..."), console=console, refresh_per_second=4, transient=False) if live else \
+                _NoLive() as display:
+            last_plain = 0.0
+            while True:
+                time.sleep(0.25)
+                status = _collect(run, procs)
+                elapsed = time.monotonic() - t_run
+                line = _status_line(status, elapsed)
+                if live:
+                    display.update(line)
+                elif time.monotonic() - last_plain >= 10.0:
+                    print(line.plain, flush=True)
+                    last_plain = time.monotonic()
+                dead = [n for n, p in procs.items() if not p.alive()]
+                if dead:
+                    failure = f"{', '.join(dead)} exited unexpectedly (code {procs[dead[0]].popen.returncode})"
+                    break
+                if elapsed >= cfg.budget.minutes * 60:
+                    stop_reason = f"time budget of {cfg.budget.minutes} min spent"
+                    break
+                if cfg.budget.env_steps is not None and status["env_steps"] >= cfg.budget.env_steps:
+                    stop_reason = f"env-step budget of {cfg.budget.env_steps} reached"
+                    break
+    except KeyboardInterrupt:
+        stop_reason = "interrupted (Ctrl-C)"
+    except RuntimeError as exc:
+        failure = str(exc)
+    finally:
+        codes = {}
+        for name, proc in procs.items():  # actors first (they flush), then the learner (it drains)
+            if name != "learner":
+                codes[name] = proc.stop(rt.shutdown_timeout_s)
+        codes["learner"] = procs["learner"].stop(rt.shutdown_timeout_s)
+    summary = _summary(run, procs, time.monotonic() - t0, stop_reason, failure, codes)
+    write_json_atomic(run.summary, summary)
+    _print_summary(console, summary)
+    if failure:
+        for name in procs:
+            tail = _tail(run.log(name))
+            if tail:
+                console.print(f"[dim]--- last lines of {run.log(name)} ---[/dim]\n{tail}", markup=True,
+                              highlight=False)
+    return summary
+
+
+class _NoLive:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+def _collect(run: RunDir, procs: dict) -> dict:
+    learner = read_json(run.status("learner")) or {}
+    actors = [read_json(run.status(n)) or {} for n in procs if n != "learner"]
+    return {
+        "learner": learner, "actors": actors,
+        "env_steps": learner.get("env_steps", 0),
+        "actor_steps": sum(a.get("env_steps", 0) for a in actors),
+    }
+
+
+def _status_line(status: dict, elapsed: float) -> Text:
+    ln = status["learner"]
+    actors = status["actors"]
+    actor_version = min((a.get("version", 0) for a in actors), default=0)
+    lag = max(0, ln.get("version", 0) - actor_version) if actors else 0
+    return Text.assemble(
+        (f"{elapsed / 60:5.1f} min ", "bold"),
+        f"env steps {ln.get('env_steps', 0):>7}  ",
+        f"episodes {ln.get('episodes', 0):>5}  ",
+        ("success(50) ", ""), (f"{100 * ln.get('success_rate_50', 0.0):5.1f}%  ", "green"),
+        f"updates {ln.get('updates', 0):>7} ({ln.get('updates_per_s', 0.0):5.1f}/s)  ",
+        f"policy v{ln.get('version', 0)} lag {lag}",
+    )
+
+
+def _summary(run: RunDir, procs: dict, wall_s: float, stop_reason: str, failure: str, codes: dict) -> dict:
+    status = _collect(run, procs)
+    ln = status["learner"]
+    metrics_tail = _last_metrics(run.metrics)
+    return {
+        "run_dir": str(run.root), "wall_minutes": wall_s / 60, "stopped_because": failure or stop_reason,
+        "ok": not failure, "exit_codes": codes,
+        "env_steps": ln.get("env_steps", 0), "episodes": ln.get("episodes", 0),
+        "success_rate_last_50": ln.get("success_rate_50", 0.0), "updates": ln.get("updates", 0),
+        "updates_per_s": metrics_tail.get("updates_per_s", 0.0), "policy_version": ln.get("version", 0),
+        "buffer_records": ln.get("buffer_records", 0), "rejected_messages": ln.get("rejected_messages", 0),
+        "resumed_from": ln.get("resumed_from"),
+        "actors": [{k: a.get(k) for k in ("robot_id", "env_steps", "episodes", "versions_received",
+                                          "stalled_ticks", "rejected_messages")} for a in status["actors"]],
+    }
+
+
+def _last_metrics(path: Path) -> dict:
+    import json
+
+    try:
+        lines = path.read_text().splitlines()
+        return json.loads(lines[-1]) if lines else {}
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def _print_summary(console: Console, s: dict) -> None:
+    table = Table(title="robolearn run summary", show_header=False, title_justify="left")
+    for key, label, fmt in (
+        ("stopped_because", "stopped because", "{}"), ("wall_minutes", "wall clock", "{:.2f} min"),
+        ("env_steps", "env steps", "{}"), ("episodes", "episodes", "{}"),
+        ("success_rate_last_50", "success (last 50 episodes)", "{:.0%}"), ("updates", "learner updates", "{}"),
+        ("policy_version", "policy version", "{}"), ("buffer_records", "buffer records on disk", "{}"),
+        ("rejected_messages", "rejected messages", "{}"), ("run_dir", "run directory", "{}"),
+    ):
+        table.add_row(label, fmt.format(s.get(key)))
+    console.print(table)
+
+
+register("runtime", "local", LocalRuntimeConfig, run_local)

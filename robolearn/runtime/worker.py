@@ -1,0 +1,34 @@
+"""Entry point of a worker process: ``python -m robolearn.runtime.worker {learner|actor} RUN_DIR [INDEX]``.
+
+Workers read the resolved config from the run directory, so nothing but a path crosses the process
+boundary at start-up (no pickled arguments).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from robolearn.config import validate
+from robolearn.runtime.rundir import RunDir
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or argv[0] not in ("learner", "actor"):
+        print("usage: python -m robolearn.runtime.worker {learner|actor} RUN_DIR [INDEX]", file=sys.stderr)
+        return 2
+    run = RunDir(Path(argv[1]))
+    cfg = validate(OmegaConf.to_container(OmegaConf.load(run.config)))
+    if argv[0] == "learner":
+        from robolearn.learner.loop import main as learner_main
+
+        return learner_main(run, cfg)
+    from robolearn.actor.loop import main as actor_main
+
+    return actor_main(run, cfg, int(argv[2]) if len(argv) > 2 else 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

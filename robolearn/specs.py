@@ -1,0 +1,161 @@
+"""Observation and action specs: names, shapes, units and bounds shared by robots, policies and buffers.
+
+A spec is the contract at every boundary. Robots publish one, policies are built from one, the
+buffer stores arrays that match one. ``validate`` fails loudly with a message that names the key and
+the mismatch, so a wrong robot/policy pairing dies at start-up instead of training on garbage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+class SpecError(ValueError):
+    """An array or a dict of arrays does not match its spec; the message names the key."""
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """One named array: shape, dtype, physical unit and (optional) elementwise bounds.
+
+    ``names`` labels each element of a 1-D array (e.g. ``shoulder_pan.pos``), as lerobot does.
+    ``low``/``high`` are in ``unit``; they drive normalisation in policies and clipping in actors.
+    """
+
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    unit: str = ""
+    names: tuple[str, ...] = ()
+    low: tuple[float, ...] | None = None
+    high: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.names and (len(self.shape) != 1 or len(self.names) != self.shape[0]):
+            raise SpecError(f"{len(self.names)} names given for an array of shape {self.shape}")
+        for bound_name, bound in (("low", self.low), ("high", self.high)):
+            if bound is not None and len(bound) != int(np.prod(self.shape)):
+                raise SpecError(f"{bound_name} has {len(bound)} values for shape {self.shape}")
+        if self.low is not None and self.high is not None and np.any(np.array(self.low) > np.array(self.high)):
+            raise SpecError(f"low > high in {self.low} / {self.high}")
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+    def low_array(self) -> np.ndarray:
+        return np.asarray(self.low, dtype=np.float32).reshape(self.shape)
+
+    def high_array(self) -> np.ndarray:
+        return np.asarray(self.high, dtype=np.float32).reshape(self.shape)
+
+    def validate(self, key: str, value: np.ndarray) -> None:
+        if not isinstance(value, np.ndarray):
+            raise SpecError(f"'{key}': expected a numpy array, got {type(value).__name__}")
+        if tuple(value.shape) != tuple(self.shape):
+            raise SpecError(f"'{key}': shape {tuple(value.shape)} does not match spec {tuple(self.shape)}")
+        if value.dtype != np.dtype(self.dtype):
+            raise SpecError(f"'{key}': dtype {value.dtype} does not match spec {self.dtype}")
+
+    def to_dict(self) -> dict:
+        return {
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "unit": self.unit,
+            "names": list(self.names),
+            "low": None if self.low is None else list(self.low),
+            "high": None if self.high is None else list(self.high),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ArraySpec:
+        return cls(
+            shape=tuple(d["shape"]),
+            dtype=d["dtype"],
+            unit=d.get("unit", ""),
+            names=tuple(d.get("names", ())),
+            low=None if d.get("low") is None else tuple(d["low"]),
+            high=None if d.get("high") is None else tuple(d["high"]),
+        )
+
+
+@dataclass(frozen=True)
+class ObservationSpec:
+    """A dict of named arrays, e.g. ``{"state": ArraySpec((15,), unit="deg|deg/s|m")}``."""
+
+    arrays: dict[str, ArraySpec] = field(default_factory=dict)
+
+    def validate(self, obs: dict[str, np.ndarray]) -> None:
+        missing = set(self.arrays) - set(obs)
+        extra = set(obs) - set(self.arrays)
+        if missing:
+            raise SpecError(f"observation is missing key(s) {sorted(missing)}")
+        if extra:
+            raise SpecError(f"observation has unexpected key(s) {sorted(extra)}")
+        for key, spec in self.arrays.items():
+            spec.validate(f"observation.{key}", obs[key])
+
+    def to_dict(self) -> dict:
+        return {k: v.to_dict() for k, v in self.arrays.items()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ObservationSpec:
+        return cls({k: ArraySpec.from_dict(v) for k, v in d.items()})
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """The action of one control tick, and the chunk horizon a policy emits per request.
+
+    ``array.low``/``high`` are the hard limits the actor clips to (safety); policies work in
+    [-1, 1] and map through ``to_robot``/``to_normalised``.
+    """
+
+    array: ArraySpec
+    chunk_horizon: int = 1
+
+    def __post_init__(self) -> None:
+        if self.chunk_horizon < 1:
+            raise SpecError(f"chunk_horizon must be >= 1, got {self.chunk_horizon}")
+        if self.array.low is None or self.array.high is None:
+            raise SpecError("an ActionSpec needs low and high bounds")
+
+    @property
+    def dim(self) -> int:
+        return self.array.size
+
+    def to_robot(self, normalised: np.ndarray) -> np.ndarray:
+        """Map [-1, 1] actions (any leading shape) to robot units."""
+        low, high = self.array.low_array(), self.array.high_array()
+        return (low + (np.clip(normalised, -1.0, 1.0) + 1.0) * 0.5 * (high - low)).astype(np.float32)
+
+    def to_normalised(self, action: np.ndarray) -> np.ndarray:
+        low, high = self.array.low_array(), self.array.high_array()
+        return (2.0 * (action - low) / (high - low) - 1.0).astype(np.float32)
+
+    def clip(self, action: np.ndarray) -> np.ndarray:
+        return np.clip(action, self.array.low_array(), self.array.high_array()).astype(np.float32)
+
+    def to_dict(self) -> dict:
+        return {"array": self.array.to_dict(), "chunk_horizon": self.chunk_horizon}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ActionSpec:
+        return cls(ArraySpec.from_dict(d["array"]), int(d["chunk_horizon"]))
+
+
+def check_compatible(robot_obs: ObservationSpec, robot_act: ActionSpec,
+                     policy_obs: ObservationSpec, policy_act: ActionSpec) -> None:
+    """Fail with a message naming the first key where a policy's specs disagree with a robot's."""
+    for key, spec in policy_obs.arrays.items():
+        if key not in robot_obs.arrays:
+            raise SpecError(f"policy expects observation '{key}', robot provides {sorted(robot_obs.arrays)}")
+        if robot_obs.arrays[key].shape != spec.shape:
+            raise SpecError(
+                f"observation '{key}': robot shape {robot_obs.arrays[key].shape} != policy shape {spec.shape}"
+            )
+    if robot_act.array.shape != policy_act.array.shape:
+        raise SpecError(f"action: robot shape {robot_act.array.shape} != policy shape {policy_act.array.shape}")
+    if robot_act.array.names != policy_act.array.names:
+        raise SpecError(f"action names differ: robot {robot_act.array.names} vs policy {policy_act.array.names}")

@@ -1,0 +1,52 @@
+"""Helpers for tests that run the real CLI and worker processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from robolearn.buffer.log import RecordLog
+
+BIN = Path(sys.executable).parent
+
+
+def robolearn(args: list[str], cwd: Path, timeout: float = 240, **popen) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([str(BIN / "robolearn"), *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env, **popen)
+
+
+def start_robolearn(args: list[str], cwd: Path) -> subprocess.Popen:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.Popen([str(BIN / "robolearn"), *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def read_buffer(run_dir: Path) -> list[dict[str, np.ndarray]]:
+    """Every transition batch the run's buffer holds, in order (read with robolearn's own reader)."""
+    log = RecordLog(run_dir / "buffer" / "transitions.log")
+    batches = [dict(m.arrays, _sender=m.sender, _seq=m.seq) for m in log.read(frozenset({"transitions"}))]
+    log.close()
+    return batches
+
+
+def fast_run_overrides(name: str, minutes: float) -> list[str]:
+    """A tiny network and frequent publishing, so a short run shows many weight versions."""
+    return [f"run_name={name}", f"budget.minutes={minutes}", "policy.hidden_dims=[32,32]",
+            "algo.critic_hidden_dims=[32,32]", "algo.batch_size=32", "algo.learning_starts=100",
+            "algo.publish_every=10", "algo.checkpoint_every_s=2", "runtime.live_console=false"]

@@ -1,0 +1,69 @@
+"""SIGKILL the learner mid-run; ``resume=true`` continues from its checkpoint with every stored transition."""
+
+import json
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from robolearn.logging.status import read_json
+from tests.helpers import fast_run_overrides, read_buffer, robolearn, start_robolearn, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def test_killed_learner_resumes_from_checkpoint_with_its_buffer(tmp_path):
+    run = tmp_path / "runs" / "kill"
+    proc = start_robolearn(["run", *fast_run_overrides("kill", 3.0)], cwd=tmp_path)
+    try:
+        wait_for(lambda: (read_json(run / "status" / "learner.json") or {}).get("updates", 0) >= 50, 150,
+                 "50 learner updates")
+        t_updates = time.time()
+        ckpt = run / "checkpoints" / "latest.pt"
+        wait_for(lambda: ckpt.exists() and ckpt.stat().st_mtime > t_updates and len(read_buffer(run)) >= 30, 60,
+                 "a checkpoint after the updates, and 30 transition batches")
+        pid = json.loads((run / "pids.json").read_text())["learner"]
+        os.kill(pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, out
+    assert "learner exited unexpectedly" in out
+
+    before = read_buffer(run)
+    assert len(before) >= 30
+    import torch
+
+    ckpt = torch.load(run / "checkpoints" / "latest.pt", weights_only=True)
+    ckpt_updates = ckpt["algo"]["num_updates"]
+    assert ckpt_updates > 0
+
+    r = robolearn(["run", "run_name=kill", "resume=true", "budget.minutes=0.4", "runtime.live_console=false"],
+                  cwd=tmp_path, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    status = json.loads((run / "status" / "learner.json").read_text())
+    assert status["resumed_from"]["updates"] == ckpt_updates
+    assert status["updates"] > ckpt_updates
+    learner_log = (run / "logs" / "learner.log").read_text()
+    steps_before = sum(len(b["action"]) for b in before)
+    assert f"loaded {steps_before} transitions" in learner_log
+
+    after = read_buffer(run)
+    assert len(after) > len(before)
+    for a, b in zip(before, after):  # every transition stored before the kill is still there, unchanged
+        assert a.keys() == b.keys()
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k])
+    first_new_episode = after[len(before)]["episode_id"][0]
+    assert first_new_episode > max(int(b["episode_id"].max()) for b in before)
+    assert (run / "run.1.rrd").exists()  # the resumed segment does not overwrite the first recording
+
+
+def test_second_run_with_the_same_name_needs_resume(tmp_path):
+    (tmp_path / "runs" / "taken").mkdir(parents=True)
+    (tmp_path / "runs" / "taken" / "config.yaml").write_text("x: 1\n")
+    r = robolearn(["run", "run_name=taken"], cwd=tmp_path, timeout=60)
+    assert r.returncode == 2 and "resume=true" in r.stderr

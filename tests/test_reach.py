@@ -1,0 +1,85 @@
+import gymnasium as gym
+import mujoco
+import numpy as np
+import pytest
+
+import robolearn.sim  # noqa: F401  (registers the gymnasium env)
+from robolearn.hardware.robot import Robot, UnsafeActionError
+from robolearn.sim.reach import ReachConfig, ReachEnv
+
+
+def ik_action(env: ReachEnv) -> np.ndarray:
+    """A damped least-squares step of the tip toward the target (deg)."""
+    m, d = env.robot.model, env.robot.data
+    jac = np.zeros((3, m.nv))
+    mujoco.mj_jacSite(m, d, jac, None, env._tip)
+    j = jac[:, env.robot._qvel_idx[:5]]
+    dq = j.T @ np.linalg.solve(j @ j.T + 1e-4 * np.eye(3), env._target - d.site_xpos[env._tip])
+    return np.clip(np.concatenate([np.degrees(dq), [0.0]]), -6, 6).astype(np.float32)
+
+
+def test_sim_robot_matches_lerobot_so101_follower_names_and_units():
+    from lerobot.robots.so_follower import SOFollower
+    from lerobot.robots.so_follower.config_so_follower import SOFollowerRobotConfig
+
+    real = SOFollower(SOFollowerRobotConfig(port="/dev/null", id="spec-check"))
+    env = ReachEnv()
+    assert isinstance(env.robot, Robot)
+    assert list(env.robot.action_spec.array.names) == list(real.action_features)
+    assert real.config.use_degrees  # lerobot's arm joints are in degrees, as ours
+    assert env.robot.action_spec.array.low[-1] == 0.0 and env.robot.action_spec.array.high[-1] == 100.0
+
+
+def test_observation_matches_spec_and_target_is_randomised():
+    env = ReachEnv()
+    o1, _ = env.reset(seed=1)
+    env.observation_spec.validate(o1)
+    o2, _ = env.reset(seed=2)
+    assert not np.allclose(o1["state"][15:], o2["state"][15:])
+    o1b, _ = env.reset(seed=1)
+    np.testing.assert_array_equal(o1["state"], o1b["state"])
+
+
+def test_scripted_reach_succeeds_and_terminates_within_2cm():
+    env = ReachEnv()
+    successes = 0
+    for seed in range(10):
+        env.reset(seed=seed)
+        for _ in range(100):
+            _, reward, terminated, truncated, info = env.step(ik_action(env))
+            if terminated or truncated:
+                break
+        successes += info["success"]
+        if info["success"]:
+            assert terminated and info["distance"] <= 0.02 and reward > 0
+    assert successes == 10
+
+
+def test_idle_episode_is_truncated_at_100_ticks_with_dense_negative_reward():
+    env = ReachEnv(ReachConfig(target_low=[0.12, 0.14, 0.06], target_high=[0.13, 0.15, 0.07]))
+    env.reset(seed=0)
+    rewards = []
+    for t in range(100):
+        _, r, terminated, truncated, _ = env.step(np.zeros(6, np.float32))
+        rewards.append(r)
+        assert not terminated
+    assert truncated and t == 99
+    assert max(rewards) < 0
+
+
+def test_robot_rejects_nan_and_clips_to_joint_limits():
+    env = ReachEnv()
+    env.reset(seed=0)
+    with pytest.raises(UnsafeActionError):
+        env.robot.send_action(np.full(6, np.nan, np.float32))
+    sent = env.robot.send_action(np.full(6, 1000.0, np.float32))
+    np.testing.assert_allclose(sent, env.robot.action_spec.array.high_array())
+
+
+def test_registered_gymnasium_env_and_camera_frame():
+    env = gym.make("robolearn/Reach-v0")
+    obs, _ = env.reset(seed=0)
+    assert obs["state"].shape == (18,)
+    frame = env.unwrapped.render()
+    assert frame.shape == (96, 96, 3) and frame.dtype == np.uint8 and frame.std() > 0
+    env.close()
