@@ -37,13 +37,12 @@ class RecordLog:
         self.fsync_interval_s = fsync_interval_s
         self.recovered_bytes_dropped = 0
         self.corruption: str | None = None
-        self._good_end = self._scan_end()
+        self._good_end, self.num_records = self._scan()
         self._file = open(self.path, "ab")
         if self._file.tell() != self._good_end:  # cut a torn tail so appends continue after good data
             self._file.truncate(self._good_end)
             self._file.seek(self._good_end)
         self._last_fsync = time.monotonic()
-        self.num_records = sum(1 for _ in self._iter_raw(stop_at=self._good_end))
 
     # --- writing -------------------------------------------------------------------------------
     def append(self, frames: list[bytes | memoryview]) -> None:
@@ -106,13 +105,14 @@ class RecordLog:
             yield end, frames
             pos = end
 
-    def _scan_end(self) -> int:
-        end = 0
-        for end, _ in self._iter_raw():
+    def _scan(self) -> tuple[int, int]:
+        """(byte offset after the last intact record, number of intact records)."""
+        end, count = 0, 0
+        for count, (end, _) in enumerate(self._iter_raw(), start=1):  # noqa: B007
             pass
         size = self.path.stat().st_size if self.path.exists() else 0
         self.recovered_bytes_dropped = size - end
-        return end
+        return end, count
 
     def read(self, expected_types: frozenset[str] | None = None) -> Iterator[Message]:
         """Decode every intact record in order (with the wire's bounded decoder)."""

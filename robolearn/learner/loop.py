@@ -71,6 +71,7 @@ class Learner:
         self.max_episode_id = -1
         self.latest_transition_version = 0
         self.resumed_from: dict | None = None
+        self.updates_per_s = 0.0
         self._restore()
         self.log = RecordLog(run.buffer_log, cfg.buffer.fsync, cfg.buffer.fsync_interval_s)
         self._load_buffer()
@@ -159,9 +160,9 @@ class Learner:
                 self._write_status(now - t_start)
                 last["status"] = now
             if now - last["metrics"] >= 1.0:
-                ups = (self.algo.num_updates - updates_at_last_metrics) / (now - last["metrics"])
+                self.updates_per_s = (self.algo.num_updates - updates_at_last_metrics) / (now - last["metrics"])
                 updates_at_last_metrics, last["metrics"] = self.algo.num_updates, now
-                self.metrics_log.write({**self._counters(), "updates_per_s": ups, **metrics})
+                self.metrics_log.write({**self._counters(), **metrics})
             if now - last["checkpoint"] >= algo_cfg.checkpoint_every_s:
                 self.checkpoint()
                 last["checkpoint"] = now
@@ -213,7 +214,7 @@ class Learner:
         return {
             "env_steps": self.replay.total_added, "episodes": self.episodes, "successes": self.successes,
             "success_rate_50": (sum(self.recent) / len(self.recent)) if self.recent else 0.0,
-            "updates": self.algo.num_updates, "version": self.version,
+            "updates": self.algo.num_updates, "updates_per_s": self.updates_per_s, "version": self.version,
             "version_lag": self.version - self.latest_transition_version, "rejected_messages": self.rejects.total,
         }
 

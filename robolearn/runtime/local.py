@@ -190,28 +190,17 @@ def _status_line(status: dict, elapsed: float) -> Text:
 def _summary(run: RunDir, procs: dict, wall_s: float, stop_reason: str, failure: str, codes: dict) -> dict:
     status = _collect(run, procs)
     ln = status["learner"]
-    metrics_tail = _last_metrics(run.metrics)
     return {
         "run_dir": str(run.root), "wall_minutes": wall_s / 60, "stopped_because": failure or stop_reason,
         "ok": not failure, "exit_codes": codes,
         "env_steps": ln.get("env_steps", 0), "episodes": ln.get("episodes", 0),
         "success_rate_last_50": ln.get("success_rate_50", 0.0), "updates": ln.get("updates", 0),
-        "updates_per_s": metrics_tail.get("updates_per_s", 0.0), "policy_version": ln.get("version", 0),
+        "updates_per_s": ln.get("updates_per_s", 0.0), "policy_version": ln.get("version", 0),
         "buffer_records": ln.get("buffer_records", 0), "rejected_messages": ln.get("rejected_messages", 0),
         "resumed_from": ln.get("resumed_from"),
         "actors": [{k: a.get(k) for k in ("robot_id", "env_steps", "episodes", "versions_received",
                                           "stalled_ticks", "rejected_messages")} for a in status["actors"]],
     }
-
-
-def _last_metrics(path: Path) -> dict:
-    import json
-
-    try:
-        lines = path.read_text().splitlines()
-        return json.loads(lines[-1]) if lines else {}
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
 
 
 def _print_summary(console: Console, s: dict) -> None:

@@ -1,0 +1,45 @@
+# robolearn: `make run` and `make test` set everything up on first use (.venv with python3.12).
+SHELL := /bin/bash
+VENV := .venv
+# python3.12 on PATH, else a pyenv install of 3.12 (pyenv's shim alone may not select it)
+PYTHON ?= $(shell for p in python3.12 $(HOME)/.pyenv/versions/3.12*/bin/python3.12 /usr/bin/python3.12; do \
+	$$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && { echo $$p; break; }; done)
+export HF_HUB_OFFLINE := 1
+export MUJOCO_GL := egl
+MINUTES ?= 3
+PYTEST := $(VENV)/bin/python -m pytest
+
+.PHONY: setup run test test-all bench bench-reach lint clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/bin/python:
+	@test -n "$(PYTHON)" || { echo "error: python3.12 not found (install it, or pass PYTHON=/path/to/python3.12)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+
+# re-installs only when pyproject.toml changes
+$(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install --upgrade pip
+	$(VENV)/bin/python -m pip install -e '.[dev]'
+	touch $@
+
+run: setup
+	$(VENV)/bin/robolearn run task=reach budget.minutes=$(MINUTES)
+
+# fast tier + short end-to-end runs (what CI runs); slow tests with `make test-all`
+test: setup
+	$(PYTEST) -m "not slow" --durations=10
+
+test-all: setup
+	$(PYTEST) --durations=10
+
+bench-reach: setup
+	$(VENV)/bin/python benchmarks/learn_reach.py
+
+bench: bench-reach
+
+lint: setup
+	$(VENV)/bin/ruff check robolearn hardware sim policies apps tests benchmarks
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

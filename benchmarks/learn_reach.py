@@ -1,0 +1,97 @@
+"""How many wall-clock minutes does ``robolearn run task=reach`` need to reach 90% success?
+
+Runs the real CLI (learner and actor processes, zmq, on-disk buffer, rerun log) from scratch and
+watches the learner's metrics: success over the last 50 episodes, per second. When it first reaches
+90% the run is stopped with Ctrl-C (SIGINT), as a person would. Minutes count from launching the
+command, so process start-up is included. Goal ``minutes_to_90pct_reach`` <= 5.
+
+    make bench-reach                       # seed 0
+    python benchmarks/learn_reach.py --seeds 0 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import goal, write_result  # noqa: E402
+
+ROBOLEARN = Path(sys.executable).parent / "robolearn"
+GOAL_MINUTES = 5.0
+
+
+def one_run(seed: int, cap_minutes: float, workdir: Path) -> dict:
+    name = f"bench-reach-s{seed}"
+    metrics = workdir / "runs" / name / "metrics.jsonl"
+    t0 = time.time()
+    proc = subprocess.Popen([str(ROBOLEARN), "run", "task=reach", f"seed={seed}", f"run_name={name}",
+                             f"budget.minutes={cap_minutes}", "runtime.live_console=false"],
+                            cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    reached, last, curve = None, {}, []
+    last_print = 0.0
+    while proc.poll() is None:
+        time.sleep(1.0)
+        if not metrics.exists():
+            continue
+        lines = metrics.read_text().splitlines()
+        for line in lines[len(curve):]:
+            rec = json.loads(line)
+            curve.append({"minutes": round((rec["time"] - t0) / 60, 3), "env_steps": rec["env_steps"],
+                          "episodes": rec["episodes"], "success_rate_50": rec["success_rate_50"],
+                          "updates": rec["updates"], "updates_per_s": round(rec["updates_per_s"], 1)})
+            last = rec
+            if reached is None and rec["episodes"] >= 50 and rec["success_rate_50"] >= 0.9:
+                reached = {"minutes": (rec["time"] - t0) / 60, "env_steps": rec["env_steps"],
+                           "episodes": rec["episodes"], "updates": rec["updates"]}
+                proc.send_signal(signal.SIGINT)  # stop like a person would
+        if time.time() - last_print >= 15:
+            last_print = time.time()
+            print(f"  seed {seed}: {(time.time() - t0) / 60:4.1f} min, steps {last.get('env_steps', 0)}, "
+                  f"episodes {last.get('episodes', 0)}, success(50) {last.get('success_rate_50', 0):.0%}, "
+                  f"updates/s {last.get('updates_per_s', 0):.0f}", flush=True)
+    out = proc.stdout.read()
+    if proc.returncode != 0:
+        print(out[-3000:])
+    return {"seed": seed, "reached_90pct": reached, "exit_code": proc.returncode,
+            "final": {k: last.get(k) for k in ("env_steps", "episodes", "success_rate_50", "updates")},
+            "curve": curve[::5]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--cap-minutes", type=float, default=8.0, help="stop a run that has not reached 90%% by then")
+    args = ap.parse_args()
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in args.seeds:
+            runs.append(one_run(seed, args.cap_minutes, Path(tmp)))
+    minutes = [r["reached_90pct"]["minutes"] if r["reached_90pct"] else None for r in runs]
+    value = statistics.median(m if m is not None else float("inf") for m in minutes)
+    value = None if value == float("inf") else round(value, 2)
+    command = "make bench-reach"
+    if args.seeds != [0]:
+        command = f"python benchmarks/learn_reach.py --seeds {' '.join(map(str, args.seeds))}"
+    path = write_result("learn_reach", command, [goal("minutes_to_90pct_reach", value, "<=", GOAL_MINUTES)],
+                        seeds=args.seeds, minutes_per_seed=minutes, runs=runs,
+                        note="wall-clock from launching `robolearn run task=reach` (process start-up included) "
+                             "until success over the last 50 episodes >= 90%; median over seeds")
+    print(f"{'seed':>6} {'minutes to 90%':>16} {'env steps':>10} {'updates':>8}")
+    for r, m in zip(runs, minutes):
+        reached = r["reached_90pct"] or {}
+        print(f"{r['seed']:>6} {f'{m:.2f}' if m is not None else 'not reached':>16} "
+              f"{reached.get('env_steps', '-'):>10} {reached.get('updates', '-'):>8}")
+    print(f"minutes_to_90pct_reach = {value} (goal <= {GOAL_MINUTES}, ratio to goal "
+          f"{(value / GOAL_MINUTES) if value else float('nan'):.2f}) -> {path}")
+
+
+if __name__ == "__main__":
+    main()
