@@ -34,15 +34,19 @@ class BudgetConfig:
 
 @dataclass
 class BufferConfig:
-    capacity: int = 1_000_000
+    capacity: int = 1_000_000          # online steps kept (FIFO by age); demos are never evicted
     fsync: str = "batched"             # strict: fsync every write | batched: every fsync_interval_s | off
     fsync_interval_s: float = 1.0
+    ram_budget_mb: float = 4096.0      # compressed images held in RAM; older ones are read from disk
+    segment_mb: float = 256.0          # size at which a new segment file starts
 
     def __post_init__(self) -> None:
         if self.capacity < 1000:
             raise ValueError(f"buffer.capacity must be >= 1000, got {self.capacity}")
         if self.fsync not in ("strict", "batched", "off"):
             raise ValueError(f"buffer.fsync must be strict, batched or off, got {self.fsync!r}")
+        if self.ram_budget_mb < 0 or self.segment_mb <= 0:
+            raise ValueError("buffer.ram_budget_mb must be >= 0 and buffer.segment_mb > 0")
 
 
 @dataclass

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robolearn.buffer.log import RecordLog
+from robolearn.buffer.log import SegmentLog
 
 BIN = Path(sys.executable).parent
 
@@ -39,10 +39,8 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
 
 def read_buffer(run_dir: Path) -> list[dict[str, np.ndarray]]:
     """Every transition batch the run's buffer holds, in order (read with robolearn's own reader)."""
-    log = RecordLog(run_dir / "buffer" / "transitions.log")
-    batches = [dict(m.arrays, _sender=m.sender, _seq=m.seq) for m in log.read(frozenset({"transitions"}))]
-    log.close()
-    return batches
+    log = SegmentLog(run_dir / "buffer")
+    return [dict(m.arrays, _sender=m.sender) for _, m in log.read_messages(frozenset({"transitions"}))]
 
 
 def fast_run_overrides(name: str, minutes: float) -> list[str]:

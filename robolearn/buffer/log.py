@@ -1,4 +1,4 @@
-"""An append-only, checksummed record log: how transitions reach the disk as they arrive.
+"""Append-only, checksummed segment files: how transitions reach the disk as they arrive.
 
 Each record is one wire message (msgpack header + raw array frames, see ``transport.wire``), so the
 disk holds exactly what was validated on arrival and the loader reuses the wire's bounded decoder:
@@ -6,10 +6,15 @@ nothing on disk is ever unpickled. Layout of a record::
 
     magic b"RLR1" | u32 n_frames | u64 length of each frame ... | u32 crc32 of all that follows | frames
 
-A write is acknowledged after it has been handed to the OS (``write`` + ``flush``), which survives
+A write is acknowledged once it has been handed to the OS (``write`` + ``flush``), which survives
 SIGKILL of the process; ``fsync="strict"`` also fsyncs every record (survives power loss),
-``fsync="batched"`` (default) fsyncs at most every ``fsync_interval_s``. Loading stops at the first
-torn or corrupt record, reports it, and truncates the tail so that the next append starts clean.
+``fsync="batched"`` (default) fsyncs at most every ``fsync_interval_s`` and when a segment is sealed.
+
+Loading verifies every checksum. A torn tail (a crash mid-write) is cut so appends continue after the
+last intact record. A corrupt record inside a file is reported, skipped, and reading resumes at the
+next intact record (found by its magic and checksum), so one bad spot costs only what it covers.
+A log is a directory of segments ``seg-000000.log``, ``seg-000001.log``, ...; the last one is
+appended to and a new one starts when it exceeds ``segment_bytes``.
 """
 
 from __future__ import annotations
@@ -19,106 +24,175 @@ import struct
 import time
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from robolearn.transport.wire import Message, WireError, decode
 
 MAGIC = b"RLR1"
 _HEAD = struct.Struct("<4sI")
+MAX_FRAMES = 4096
 
 
-class RecordLog:
-    def __init__(self, path: str | Path, fsync: str = "batched", fsync_interval_s: float = 1.0) -> None:
+@dataclass(frozen=True)
+class RecordRef:
+    """Where a record's frames lie: segment index, byte offset of each frame, and their lengths."""
+
+    segment: int
+    frame_offsets: tuple[int, ...]
+    frame_lengths: tuple[int, ...]
+
+
+def _parse_at(data: bytes | memoryview, pos: int) -> tuple[int, list[int], list[int]] | str:
+    """Parse the record starting at ``pos``: (end, frame offsets, lengths), or a reason it is bad."""
+    if pos + _HEAD.size > len(data):
+        return "torn record header"
+    magic, n = _HEAD.unpack_from(data, pos)
+    if magic != MAGIC or n > MAX_FRAMES:
+        return "bad record header"
+    lengths_end = pos + _HEAD.size + 8 * n
+    if lengths_end + 4 > len(data):
+        return "torn record"
+    lengths = list(struct.unpack_from(f"<{n}Q", data, pos + _HEAD.size))
+    (crc,) = struct.unpack_from("<I", data, lengths_end)
+    end = lengths_end + 4 + sum(lengths)
+    if end > len(data):
+        return "torn record"
+    check = zlib.crc32(data[pos + _HEAD.size:lengths_end])
+    offsets, off = [], lengths_end + 4
+    for ln in lengths:
+        offsets.append(off)
+        check = zlib.crc32(data[off:off + ln], check)
+        off += ln
+    if check != crc:
+        return "checksum mismatch"
+    return end, offsets, lengths
+
+
+class SegmentLog:
+    def __init__(self, directory: str | Path, fsync: str = "batched", fsync_interval_s: float = 1.0,
+                 segment_bytes: int = 256 * 1024 * 1024) -> None:
         if fsync not in ("strict", "batched", "off"):
             raise ValueError(f"buffer.fsync must be strict, batched or off, got {fsync!r}")
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
         self.fsync = fsync
         self.fsync_interval_s = fsync_interval_s
-        self.recovered_bytes_dropped = 0
-        self.corruption: str | None = None
-        self._good_end, self.num_records = self._scan()
-        self._file = open(self.path, "ab")
-        if self._file.tell() != self._good_end:  # cut a torn tail so appends continue after good data
-            self._file.truncate(self._good_end)
-            self._file.seek(self._good_end)
+        self.segment_bytes = segment_bytes
+        self.problems: list[str] = []      # corruption found at load, one line each
+        self.num_records = 0
+        self._file = None
         self._last_fsync = time.monotonic()
 
-    # --- writing -------------------------------------------------------------------------------
-    def append(self, frames: list[bytes | memoryview]) -> None:
+    # --- paths -----------------------------------------------------------------------------------
+    def segment_path(self, index: int) -> Path:
+        return self.dir / f"seg-{index:06d}.log"
+
+    def segments(self) -> list[int]:
+        return sorted(int(p.stem.split("-")[1]) for p in self.dir.glob("seg-*.log"))
+
+    # --- reading (call before appending) ---------------------------------------------------------
+    def scan(self) -> Iterator[tuple[RecordRef, list[bytes]]]:
+        """Yield every intact record in order, reporting corruption in ``problems``.
+
+        A bad spot followed by intact records is skipped; one at the very end of the last segment is a
+        write cut by a crash, and the file is cut back to the last intact record.
+        """
+        segs = self.segments()
+        for k, seg in enumerate(segs):
+            path = self.segment_path(seg)
+            data = path.read_bytes()
+            pos = 0
+            while pos < len(data):
+                parsed = _parse_at(data, pos)
+                if isinstance(parsed, str):
+                    nxt = data.find(MAGIC, pos + 1)
+                    while nxt != -1 and isinstance(_parse_at(data, nxt), str):
+                        nxt = data.find(MAGIC, nxt + 1)
+                    if nxt != -1:
+                        self.problems.append(f"{path.name}: {parsed} at byte {pos}; skipped {nxt - pos} bytes "
+                                             "up to the next intact record")
+                        pos = nxt
+                        continue
+                    if k == len(segs) - 1:
+                        self.problems.append(f"{path.name}: {parsed} at byte {pos}; the last {len(data) - pos} "
+                                             "bytes (a write cut by a crash) were removed")
+                        with open(path, "r+b") as f:
+                            f.truncate(pos)
+                    else:
+                        self.problems.append(f"{path.name}: {parsed} at byte {pos}; the remaining "
+                                             f"{len(data) - pos} bytes of this segment skipped")
+                    break
+                end, offsets, lengths = parsed
+                frames = [data[o:o + ln] for o, ln in zip(offsets, lengths)]
+                self.num_records += 1
+                yield RecordRef(seg, tuple(offsets), tuple(lengths)), frames
+                pos = end
+
+    def read_messages(self, expected_types: frozenset[str] | None = None) -> Iterator[tuple[RecordRef, Message]]:
+        for ref, frames in self.scan():
+            try:
+                yield ref, decode(frames, expected_types)
+            except WireError as exc:  # checksummed but undecodable: not written by robolearn
+                self.problems.append(f"{self.segment_path(ref.segment).name}: undecodable record skipped: {exc}")
+
+    def read_frame(self, segment: int, offset: int, length: int) -> bytes:
+        """Random access to one frame (for data no longer cached in RAM)."""
+        with open(self.segment_path(segment), "rb") as f:
+            return os.pread(f.fileno(), length, offset)
+
+    # --- writing ---------------------------------------------------------------------------------
+    def _open_for_append(self) -> None:
+        segs = self.segments()
+        seg = segs[-1] if segs else 0
+        if segs and self.segment_path(seg).stat().st_size >= self.segment_bytes:
+            seg += 1
+        self._seg = seg
+        self._file = open(self.segment_path(seg), "ab")
+
+    def append(self, frames: list[bytes | memoryview]) -> RecordRef:
         """Append one record; returns once the OS has it (the acknowledgement point)."""
+        if self._file is None:
+            self._open_for_append()
+        elif self._file.tell() >= self.segment_bytes:
+            self._seal()
+            self._seg += 1
+            self._file = open(self.segment_path(self._seg), "ab")
         lengths = struct.pack(f"<{len(frames)}Q", *(len(f) for f in frames))
         crc = zlib.crc32(lengths)
         for f in frames:
             crc = zlib.crc32(f, crc)
-        self._file.write(_HEAD.pack(MAGIC, len(frames)) + lengths + struct.pack("<I", crc))
+        start = self._file.tell()
+        head = _HEAD.pack(MAGIC, len(frames)) + lengths + struct.pack("<I", crc)
+        self._file.write(head)
+        offsets, off = [], start + len(head)
         for f in frames:
             self._file.write(f)
+            offsets.append(off)
+            off += len(f)
         self._file.flush()
         self.num_records += 1
         now = time.monotonic()
         if self.fsync == "strict" or (self.fsync == "batched" and now - self._last_fsync >= self.fsync_interval_s):
             os.fsync(self._file.fileno())
             self._last_fsync = now
+        return RecordRef(self._seg, tuple(offsets), tuple(len(f) for f in frames))
 
-    def close(self) -> None:
-        if not self._file.closed:
+    def _seal(self) -> None:
+        self._file.flush()
+        if self.fsync != "off":
+            os.fsync(self._file.fileno())
+        self._file.close()
+
+    def flush(self) -> None:
+        if self._file is not None and not self._file.closed:
             self._file.flush()
             if self.fsync != "off":
                 os.fsync(self._file.fileno())
-            self._file.close()
 
-    # --- reading -------------------------------------------------------------------------------
-    def _iter_raw(self, stop_at: int | None = None) -> Iterator[tuple[int, list[bytes]]]:
-        """Yield (end offset, frames) for each intact record; stop silently at the first bad one."""
-        if not self.path.exists():
-            return
-        with open(self.path, "rb") as f:
-            data = f.read() if stop_at is None else f.read(stop_at)
-        pos = 0
-        while pos + _HEAD.size <= len(data):
-            magic, n = _HEAD.unpack_from(data, pos)
-            if magic != MAGIC or n > 4096:
-                self.corruption = f"bad record header at byte {pos}"
-                return
-            lengths_end = pos + _HEAD.size + 8 * n
-            if lengths_end + 4 > len(data):
-                self.corruption = f"torn record at byte {pos}"
-                return
-            lengths = struct.unpack_from(f"<{n}Q", data, pos + _HEAD.size)
-            (crc,) = struct.unpack_from("<I", data, lengths_end)
-            body_start = lengths_end + 4
-            end = body_start + sum(lengths)
-            if end > len(data):
-                self.corruption = f"torn record at byte {pos}"
-                return
-            frames, off = [], body_start
-            for ln in lengths:
-                frames.append(data[off:off + ln])
-                off += ln
-            check = zlib.crc32(data[pos + _HEAD.size:lengths_end])
-            for fr in frames:
-                check = zlib.crc32(fr, check)
-            if check != crc:
-                self.corruption = f"checksum mismatch in record at byte {pos}"
-                return
-            yield end, frames
-            pos = end
+    def disk_bytes(self) -> int:
+        return sum(self.segment_path(s).stat().st_size for s in self.segments())
 
-    def _scan(self) -> tuple[int, int]:
-        """(byte offset after the last intact record, number of intact records)."""
-        end, count = 0, 0
-        for count, (end, _) in enumerate(self._iter_raw(), start=1):  # noqa: B007
-            pass
-        size = self.path.stat().st_size if self.path.exists() else 0
-        self.recovered_bytes_dropped = size - end
-        return end, count
-
-    def read(self, expected_types: frozenset[str] | None = None) -> Iterator[Message]:
-        """Decode every intact record in order (with the wire's bounded decoder)."""
-        for _, frames in self._iter_raw(stop_at=self._good_end):
-            try:
-                yield decode(frames, expected_types)
-            except WireError as exc:  # checksummed but undecodable: written by something else
-                self.corruption = f"undecodable record: {exc}"
-                return
+    def close(self) -> None:
+        if self._file is not None and not self._file.closed:
+            self._seal()

@@ -1,7 +1,7 @@
 """The learner process: ingest transitions, persist them, update, publish weights, checkpoint.
 
     loop:
-        drain the transitions socket -> validate -> append to the on-disk log (ack) -> replay
+        drain the transitions socket -> validate -> persist in the replay buffer (the ack point)
         while updates < utd * (env_steps - learning_starts): sample a batch, update
         every ``publish_every`` updates: version += 1, PUB the actor weights (+ heartbeat re-sends)
         every ``checkpoint_every_s``: atomic checkpoint (weights, optimisers, temperature, RNG, counters)
@@ -24,15 +24,14 @@ import torch
 import zmq
 
 from robolearn import registry
-from robolearn.buffer.log import RecordLog
-from robolearn.buffer.replay import Replay
+from robolearn.buffer.prefetch import Prefetcher
+from robolearn.buffer.replay_buffer import ReplayBuffer
 from robolearn.config import RunConfig
 from robolearn.logging.recording import Recording
 from robolearn.logging.status import MetricsLog, write_json_atomic
 from robolearn.runtime.process import StopFlag
 from robolearn.runtime.rundir import RunDir
 from robolearn.specs import SpecError
-from robolearn.transition import validate_batch
 from robolearn.transport.sockets import bind_random_port, send
 from robolearn.transport.wire import RejectCounter, WireError, decode
 
@@ -62,7 +61,6 @@ class Learner:
         env.close()
         self.algo = registry.lookup("algo", cfg.algo.name).factory(self.policy, cfg.algo, cfg.seed)
         self.horizon = self.policy.horizon
-        self.replay = Replay(self.policy.obs_dim, self.policy.action_dim, cfg.buffer.capacity, cfg.seed)
         self.rejects = RejectCounter()
         self.version = 0
         self.episodes = 0
@@ -72,9 +70,11 @@ class Learner:
         self.latest_transition_version = 0
         self.resumed_from: dict | None = None
         self.updates_per_s = 0.0
+        b = cfg.buffer
+        self.buffer = ReplayBuffer(run.buffer, self.obs_spec, self.action_spec, b.capacity, b.ram_budget_mb, b.fsync,
+                                   b.fsync_interval_s, b.segment_mb, seed=cfg.seed)
         self._restore()
-        self.log = RecordLog(run.buffer_log, cfg.buffer.fsync, cfg.buffer.fsync_interval_s)
-        self._load_buffer()
+        self._report_buffer()
 
     # --- start-up ------------------------------------------------------------------------------
     def _restore(self) -> None:
@@ -84,29 +84,42 @@ class Learner:
         state = torch.load(path, weights_only=True)  # our own file, tensors and primitives only
         self.algo.load_state_dict(state["algo"])
         self.version = int(state["version"])
-        self.replay.rng.bit_generator.state = state["replay_rng"]
+        self.buffer.rng.bit_generator.state = state["replay_rng"]
         torch.set_rng_state(state["torch_rng"])
         self.resumed_from = {"updates": self.algo.num_updates, "version": self.version,
                              "env_steps": int(state["env_steps"])}
 
-    def _load_buffer(self) -> None:
-        for msg in self.log.read(TRANSITIONS):
-            self._add_to_replay(msg.sender, msg.arrays)
-        if self.log.corruption:
-            print(f"[learner] buffer log: {self.log.corruption}; {self.log.recovered_bytes_dropped} bytes "
-                  "after the last intact record were dropped", file=sys.stderr, flush=True)
-        if self.replay.total_added:
-            print(f"[learner] loaded {self.replay.total_added} transitions ({self.episodes} episodes) from "
-                  f"{self.run.buffer_log}", flush=True)
+    def _report_buffer(self) -> None:
+        for problem in self.buffer.log.problems:
+            print(f"[learner] buffer: {problem}", file=sys.stderr, flush=True)
+        for robot_id, episode_id in self.buffer.recovered_episodes:
+            print(f"[learner] buffer: episode {episode_id} of {robot_id} was cut by a crash; kept up to its last "
+                  "stored step and marked truncated", flush=True)
+        for ep in self.buffer.episodes.values():
+            self.max_episode_id = max(self.max_episode_id, ep.episode_id)
+            if ep.ended:
+                self._count_episode(ep.success)
+        steps = self.env_steps
+        if steps:
+            print(f"[learner] loaded {steps} transitions ({self.episodes} episodes) from {self.run.buffer}", flush=True)
 
-    def _add_to_replay(self, robot_id: str, arrays: dict[str, np.ndarray]) -> None:
-        self.replay.add(robot_id, arrays, self.action_spec.to_normalised(arrays["action"]))
-        self.max_episode_id = max(self.max_episode_id, int(arrays["episode_id"][-1]))
-        self.latest_transition_version = int(arrays["policy_version"][-1])
-        if arrays["terminated"][-1] or arrays["truncated"][-1]:
-            self.episodes += 1
-            self.successes += int(arrays["success"][-1])
-            self.recent.append(bool(arrays["success"][-1]))
+    @property
+    def env_steps(self) -> int:
+        return self.buffer.tables["online"].n
+
+    def _count_episode(self, success: bool) -> None:
+        self.episodes += 1
+        self.successes += int(success)
+        self.recent.append(success)
+
+    def _sample(self) -> dict[str, torch.Tensor]:
+        """One SAC batch: H-step windows, actions normalised to [-1, 1] and flattened to (B, H * A)."""
+        a = self.cfg.algo
+        b = self.buffer.sample(a.batch_size, horizon=self.horizon, gamma=a.gamma)
+        action = self.action_spec.to_normalised(b["action"]).reshape(len(b["action"]), -1)
+        return {"obs": torch.from_numpy(b["obs.state"]), "next_obs": torch.from_numpy(b["next_obs.state"]),
+                "action": torch.from_numpy(action), "reward": torch.from_numpy(b["reward"]),
+                "discount": torch.from_numpy(b["discount"])}
 
     # --- the loop ------------------------------------------------------------------------------
     def run_forever(self) -> None:
@@ -138,12 +151,13 @@ class Learner:
         last = {"heartbeat": t_start, "status": 0.0, "metrics": t_start, "checkpoint": t_start}
         updates_at_last_metrics = self.algo.num_updates
         metrics: dict[str, float] = {}
+        prefetch = Prefetcher(self._sample, cfg.runtime.prefetch_batches) if cfg.runtime.prefetch_batches else None
         while not self.stop:
             self._ingest(pull, max_messages=256)
-            due = algo_cfg.utd_ratio * (self.replay.total_added - algo_cfg.learning_starts)
-            if self.algo.num_updates < due and self.replay.num_sampleable() >= algo_cfg.batch_size:
-                batch = self.replay.sample(algo_cfg.batch_size, self.horizon, algo_cfg.gamma)
-                metrics = self.algo.update({k: torch.from_numpy(v) for k, v in batch.items()})
+            due = algo_cfg.utd_ratio * (self.env_steps - algo_cfg.learning_starts)
+            if self.algo.num_updates < due and self.env_steps >= algo_cfg.batch_size:
+                batch = prefetch.get() if prefetch else self._sample()
+                metrics = self.algo.update(batch)
                 if self.algo.num_updates % algo_cfg.publish_every == 0:
                     self.version += 1
                     self._publish(pub)
@@ -172,8 +186,10 @@ class Learner:
         while time.monotonic() < drain_until:
             if not self._ingest(pull, max_messages=1024):
                 time.sleep(0.02)
+        if prefetch:
+            prefetch.close()
         self.checkpoint()
-        self.log.close()
+        self.buffer.close()
         self._write_status(time.monotonic() - t_start, final=True)
         self.recording.close()
         self.metrics_log.close()
@@ -190,15 +206,16 @@ class Learner:
                 break
             try:
                 msg = decode(frames, TRANSITIONS)
-                validate_batch(msg.arrays, self.obs_spec, self.action_spec)
-                if len(set(msg.arrays["episode_id"].tolist())) != 1:
-                    raise SpecError("a transition batch must hold steps of one episode")
+                self.buffer.add(msg.sender, msg.arrays)  # validated, then on disk: acknowledged
             except (WireError, SpecError) as exc:
                 self.rejects.reject(str(exc))
                 print(f"[learner] rejected a message: {exc}", file=sys.stderr, flush=True)
                 continue
-            self.log.append(frames)  # acknowledged: on disk (OS) before it is used
-            self._add_to_replay(msg.sender, msg.arrays)
+            arrays = msg.arrays
+            self.max_episode_id = max(self.max_episode_id, int(arrays["episode_id"][-1]))
+            self.latest_transition_version = int(arrays["policy_version"][-1])
+            if arrays["terminated"][-1] or arrays["truncated"][-1]:
+                self._count_episode(bool(arrays["success"][-1]))
             self.recording.log_transitions(msg.sender, msg.arrays)
             got += 1
         return got
@@ -206,13 +223,13 @@ class Learner:
     def _publish(self, pub: zmq.Socket) -> None:
         cfg = self.cfg.algo
         allowed = cfg.learning_starts + self.algo.num_updates / cfg.utd_ratio + self.cfg.runtime.max_steps_ahead
-        meta = {"version": self.version, "updates": self.algo.num_updates, "env_steps": self.replay.total_added,
+        meta = {"version": self.version, "updates": self.algo.num_updates, "env_steps": self.env_steps,
                 "allowed_env_steps": int(allowed)}
         send(pub, "weights", "learner", self.version, meta, weights_arrays(self.policy))
 
     def _counters(self) -> dict:
         return {
-            "env_steps": self.replay.total_added, "episodes": self.episodes, "successes": self.successes,
+            "env_steps": self.env_steps, "episodes": self.episodes, "successes": self.successes,
             "success_rate_50": (sum(self.recent) / len(self.recent)) if self.recent else 0.0,
             "updates": self.algo.num_updates, "updates_per_s": self.updates_per_s, "version": self.version,
             "version_lag": self.version - self.latest_transition_version, "rejected_messages": self.rejects.total,
@@ -222,13 +239,13 @@ class Learner:
         write_json_atomic(self.run.status("learner"), {
             **self._counters(), "elapsed_s": elapsed_s, "pid": os.getpid(), "final": final,
             "last_reject": self.rejects.last_reason, "resumed_from": self.resumed_from,
-            "buffer_records": self.log.num_records,
+            "buffer_records": self.buffer.log.num_records,
         })
 
     def checkpoint(self) -> None:
         state = {
-            "algo": self.algo.state_dict(), "version": self.version, "env_steps": self.replay.total_added,
-            "replay_rng": self.replay.rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
+            "algo": self.algo.state_dict(), "version": self.version, "env_steps": self.env_steps,
+            "replay_rng": self.buffer.rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
         }
         path: Path = self.run.checkpoint
         path.parent.mkdir(parents=True, exist_ok=True)

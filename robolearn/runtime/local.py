@@ -39,6 +39,7 @@ class LocalRuntimeConfig:
     send_every: int = 10
     learner_threads: int = 1
     actor_threads: int = 1
+    prefetch_batches: int = 2     # batches the learner samples ahead on a background thread (0: inline)
     weights_heartbeat_s: float = 1.0
     status_every_s: float = 0.5
     startup_timeout_s: float = 120.0
@@ -49,6 +50,8 @@ class LocalRuntimeConfig:
         for key in ("num_actors", "send_every", "learner_threads", "actor_threads"):
             if getattr(self, key) < 1:
                 raise ValueError(f"runtime.{key} must be >= 1, got {getattr(self, key)}")
+        if self.prefetch_batches < 0:
+            raise ValueError(f"runtime.prefetch_batches must be >= 0, got {self.prefetch_batches}")
         if self.max_steps_ahead < 0:
             raise ValueError(f"runtime.max_steps_ahead must be >= 0, got {self.max_steps_ahead}")
 
@@ -93,47 +96,25 @@ def run_local(cfg: RunConfig, run: RunDir) -> dict:
         stale.unlink(missing_ok=True)
     console = Console()
     t0 = time.monotonic()
+    interrupted = _install_stop_signals()
     procs: dict[str, _Proc] = {"learner": _Proc("learner", run, ["learner", str(run.root)])}
     write_json_atomic(run.root / "pids.json", {"learner": procs["learner"].popen.pid})
     failure = ""
     stop_reason = ""
     try:
-        while not run.endpoints.exists():
+        while not run.endpoints.exists() and not interrupted:
             if not procs["learner"].alive():
                 raise RuntimeError("the learner exited during start-up:\n" + _tail(run.log("learner")))
             if time.monotonic() - t0 > rt.startup_timeout_s:
                 raise RuntimeError(f"the learner did not start within {rt.startup_timeout_s} s")
             time.sleep(0.05)
-        for i in range(rt.num_actors):
-            procs[f"actor-{i}"] = _Proc(f"actor-{i}", run, ["actor", str(run.root), str(i)])
-        write_json_atomic(run.root / "pids.json", {k: p.popen.pid for k, p in procs.items()})
-        t_run = time.monotonic()
-        live = rt.live_console and console.is_terminal
-        with Live(Text("starting..."), console=console, refresh_per_second=4, transient=False) if live else \
-                _NoLive() as display:
-            last_plain = 0.0
-            while True:
-                time.sleep(0.25)
-                status = _collect(run, procs)
-                elapsed = time.monotonic() - t_run
-                line = _status_line(status, elapsed)
-                if live:
-                    display.update(line)
-                elif time.monotonic() - last_plain >= 10.0:
-                    print(line.plain, flush=True)
-                    last_plain = time.monotonic()
-                dead = [n for n, p in procs.items() if not p.alive()]
-                if dead:
-                    failure = f"{', '.join(dead)} exited unexpectedly (code {procs[dead[0]].popen.returncode})"
-                    break
-                if elapsed >= cfg.budget.minutes * 60:
-                    stop_reason = f"time budget of {cfg.budget.minutes} min spent"
-                    break
-                if cfg.budget.env_steps is not None and status["env_steps"] >= cfg.budget.env_steps:
-                    stop_reason = f"env-step budget of {cfg.budget.env_steps} reached"
-                    break
-    except KeyboardInterrupt:
-        stop_reason = "interrupted (Ctrl-C)"
+        if interrupted:
+            stop_reason = f"interrupted ({interrupted[0]}) during start-up"
+        else:
+            for i in range(rt.num_actors):
+                procs[f"actor-{i}"] = _Proc(f"actor-{i}", run, ["actor", str(run.root), str(i)])
+            write_json_atomic(run.root / "pids.json", {k: p.popen.pid for k, p in procs.items()})
+            stop_reason, failure = _watch(cfg, run, procs, console, interrupted)
     except RuntimeError as exc:
         failure = str(exc)
     finally:
@@ -152,6 +133,47 @@ def run_local(cfg: RunConfig, run: RunDir) -> dict:
                 console.print(f"[dim]--- last lines of {run.log(name)} ---[/dim]\n{tail}", markup=True,
                               highlight=False)
     return summary
+
+
+def _install_stop_signals() -> list[str]:
+    """Ctrl-C (SIGINT) or SIGTERM stop the run gracefully. Installed explicitly: a process started in
+    the background by a non-interactive shell inherits SIGINT as ignored, and would never stop."""
+    received: list[str] = []
+
+    def handler(signum, frame) -> None:  # noqa: ARG001
+        received.append("Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name)
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    return received
+
+
+def _watch(cfg: RunConfig, run: RunDir, procs: dict, console: Console, interrupted: list[str]) -> tuple[str, str]:
+    """Show progress until the budget is spent, a stop signal arrives or a process dies.
+    Returns (why it stopped, failure message or "")."""
+    t_run = time.monotonic()
+    live = cfg.runtime.live_console and console.is_terminal
+    with Live(Text("starting..."), console=console, refresh_per_second=4) if live else _NoLive() as display:
+        last_plain = 0.0
+        while True:
+            time.sleep(0.25)
+            status = _collect(run, procs)
+            elapsed = time.monotonic() - t_run
+            line = _status_line(status, elapsed)
+            if live:
+                display.update(line)
+            elif time.monotonic() - last_plain >= 10.0:
+                print(line.plain, flush=True)
+                last_plain = time.monotonic()
+            dead = [n for n, p in procs.items() if not p.alive()]
+            if dead:
+                return "", f"{', '.join(dead)} exited unexpectedly (code {procs[dead[0]].popen.returncode})"
+            if interrupted:
+                return f"interrupted ({interrupted[0]})", ""
+            if elapsed >= cfg.budget.minutes * 60:
+                return f"time budget of {cfg.budget.minutes} min spent", ""
+            if cfg.budget.env_steps is not None and status["env_steps"] >= cfg.budget.env_steps:
+                return f"env-step budget of {cfg.budget.env_steps} reached", ""
 
 
 class _NoLive:

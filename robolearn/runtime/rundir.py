@@ -19,8 +19,8 @@ class RunDir:
         return self.root / "endpoints.json"
 
     @property
-    def buffer_log(self) -> Path:
-        return self.root / "buffer" / "transitions.log"
+    def buffer(self) -> Path:
+        return self.root / "buffer"
 
     @property
     def checkpoint(self) -> Path:
