@@ -46,18 +46,18 @@ class RecordRef:
 def _parse_at(data: bytes | memoryview, pos: int) -> tuple[int, list[int], list[int]] | str:
     """Parse the record starting at ``pos``: (end, frame offsets, lengths), or a reason it is bad."""
     if pos + _HEAD.size > len(data):
-        return "torn record header"
+        return "record header runs past the end of the file"
     magic, n = _HEAD.unpack_from(data, pos)
     if magic != MAGIC or n > MAX_FRAMES:
         return "bad record header"
     lengths_end = pos + _HEAD.size + 8 * n
     if lengths_end + 4 > len(data):
-        return "torn record"
+        return "record runs past the end of the file (torn, or corrupt lengths)"
     lengths = list(struct.unpack_from(f"<{n}Q", data, pos + _HEAD.size))
     (crc,) = struct.unpack_from("<I", data, lengths_end)
     end = lengths_end + 4 + sum(lengths)
     if end > len(data):
-        return "torn record"
+        return "record runs past the end of the file (torn, or corrupt lengths)"
     check = zlib.crc32(data[pos + _HEAD.size:lengths_end])
     offsets, off = [], lengths_end + 4
     for ln in lengths:

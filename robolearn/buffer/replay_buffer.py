@@ -152,6 +152,13 @@ class ReplayBuffer:
                 self._close_open_episode((msg.sender, int(msg.meta["episode_id"]), msg.meta["partition"]))
                 continue
             partition = msg.meta.get("partition", "online")
+            key = (msg.sender, int(msg.arrays["episode_id"][0]), partition)
+            try:
+                self._check_continues(key, int(msg.arrays["step"][0]))
+            except SpecError as exc:  # a record before it was lost to corruption: keep what precedes the gap
+                self.log.problems.append(f"{exc}; kept what precedes the gap (marked truncated), skipped the rest")
+                self._close_open_episode(key)
+                continue
             try:
                 self._insert(msg.sender, msg.arrays, partition, ref)
             except (SpecError, KeyError, ValueError) as exc:
@@ -185,16 +192,34 @@ class ReplayBuffer:
         n = validate_batch(arrays, self.obs_spec, self.action_spec)
         if len(np.unique(arrays["episode_id"])) != 1:
             raise SpecError("a transition batch must hold steps of one episode")
+        if np.any(np.diff(arrays["step"]) != 1):
+            raise SpecError("the steps of a transition batch are not consecutive")
         key = (robot_id, int(arrays["episode_id"][0]), partition)
-        idx = self._episode_index.get(key)
-        if idx is not None and self.episodes[idx].ended:
-            raise SpecError(f"episode {key[1]} of {robot_id} has already ended")
+        with self.lock:
+            self._check_continues(key, int(arrays["step"][0]))
         disk = self._compress(arrays)
         with self.lock:
             ref = self.log.append(encode("transitions", robot_id, self._seq, {"partition": partition}, disk))
             self._seq += 1
             self._insert(robot_id, disk, partition, ref)
         return n
+
+    def _check_continues(self, key: tuple[str, int, str], first_step: int) -> None:
+        """A batch must continue its episode where the previous one stopped (no gaps, nothing after the end)."""
+        idx = self._episode_index.get(key)
+        if idx is None:
+            if first_step != 0:
+                raise SpecError(f"episode {key[1]} of {key[0]} starts at step {first_step}, not 0; "
+                                "steps are not consecutive")
+            return
+        ep = self.episodes[idx]
+        if ep.ended:
+            raise SpecError(f"episode {key[1]} of {key[0]} has already ended")
+        table = self.tables[ep.table]
+        last_step = int(table.cols["step"][table.slot(ep.last_gid)])
+        if first_step != last_step + 1:
+            raise SpecError(f"episode {key[1]} of {key[0]}: step {first_step} follows step {last_step}; "
+                            "steps are not consecutive")
 
     def _compress(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         out = {}
@@ -224,51 +249,44 @@ class ReplayBuffer:
         ep = self.episodes[ep_idx]
         names = list(d)
         frame_of = {name: i for i, name in enumerate(names)}  # encode() keeps dict order
-        blob_slices: dict[str, list[tuple[int, int]]] = {}
-        for name in names:
-            if name.startswith(ZLEN_PREFIX):
-                field_name = name.removeprefix(ZLEN_PREFIX)
-                lens = d[name]
-                base = ref.frame_offsets[1 + frame_of[f"{Z_PREFIX}{field_name}"]]  # frame 0 is the header
-                starts = base + np.concatenate([[0], np.cumsum(lens)[:-1]])
-                blob_slices[field_name] = list(zip(starts.tolist(), lens.tolist()))
         cols = table.cols
+        gids = np.arange(table.n, table.n + n)
+        slots = table.slot(gids)
+        if table.ring:  # overwriting the oldest steps: free their cached images
+            for s_old in slots[cols["gid"][slots] >= 0]:
+                self._evict_slot(table, int(s_old))
+        cols["gid"][slots] = gids
+        for name in SCALAR_FIELDS:
+            cols[name][slots] = d[name]
+        cols["action"][slots] = d["action"]
+        cols["episode_key"][slots] = ep_idx
+        cols["next_gid"][slots[:-1]] = gids[1:]
+        cols["next_gid"][slots[-1]] = -1
+        cols["has_next"][slots] = False
+        for k in self.vec_keys:
+            cols[f"{OBS_PREFIX}{k}"][slots] = d[f"{OBS_PREFIX}{k}"]
+        for k in self.img_keys:
+            field_name = f"{OBS_PREFIX}{k}"
+            lens = d[f"{ZLEN_PREFIX}{field_name}"]
+            starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
+            base = ref.frame_offsets[1 + frame_of[f"{Z_PREFIX}{field_name}"]]  # frame 0 is the header
+            cols[f"ref.{k}"][slots] = np.stack([np.full(n, ref.segment), base + starts, lens], axis=1)
+            data = d[f"{Z_PREFIX}{field_name}"].tobytes()
+            for s_new, a, ln in zip(slots.tolist(), starts.tolist(), lens.tolist()):
+                table.blobs[k][s_new] = data[a:a + ln]
+            self.ram_image_bytes += int(lens.sum())
         prev = self._open.get(key)
-        for j in range(n):
-            gid = table.n
-            s = table.slot(gid)
-            if table.ring and cols["gid"][s] >= 0:
-                self._evict_slot(table, s)
-            cols["gid"][s] = gid
-            for name in SCALAR_FIELDS:
-                cols[name][s] = d[name][j]
-            cols["action"][s] = d["action"][j]
-            cols["episode_key"][s] = ep_idx
-            cols["next_gid"][s] = -1
-            cols["has_next"][s] = False
-            for k in self.vec_keys:
-                cols[f"{OBS_PREFIX}{k}"][s] = d[f"{OBS_PREFIX}{k}"][j]
-            for k in self.img_keys:
-                field_name = f"{OBS_PREFIX}{k}"
-                off, ln = blob_slices[field_name][j]
-                cols[f"ref.{k}"][s] = (ref.segment, off, ln)
-                start = off - ref.frame_offsets[1 + frame_of[f"{Z_PREFIX}{field_name}"]]
-                blob = d[f"{Z_PREFIX}{field_name}"][start:start + ln].tobytes()
-                table.blobs[k][s] = blob
-                self.ram_image_bytes += len(blob)
-            if prev is not None:
-                ps = table.slot(prev)
-                if table.alive(np.array([prev]))[0]:
-                    cols["next_gid"][ps] = gid
-                    self._make_sampleable(table, prev)
-            prev = gid
-            table.n += 1
-            ep.n_steps += 1
-            ep.ret += float(d["reward"][j])
-            ep.interventions += int(d["intervention"][j])
-            self.counts_by_source[int(d["action_source"][j])] += 1
-            self.max_version = max(self.max_version, int(d["policy_version"][j]))
-        ep.last_gid = prev
+        if prev is not None and table.alive(np.array([prev]))[0]:
+            cols["next_gid"][table.slot(prev)] = gids[0]
+            self._make_sampleable(table, np.array([prev]))
+        self._make_sampleable(table, gids[:-1])
+        table.n += n
+        ep.n_steps += n
+        ep.ret += float(d["reward"].sum())
+        ep.interventions += int(d["intervention"].sum())
+        self.counts_by_source += np.bincount(d["action_source"], minlength=3)[:3]
+        self.max_version = max(self.max_version, int(d["policy_version"].max()))
+        ep.last_gid = int(gids[-1])
         if d["terminated"][-1] or d["truncated"][-1]:
             ep.ended = True
             ep.success = bool(d["success"][-1])
@@ -276,22 +294,29 @@ class ReplayBuffer:
                 ep.final_vec[k] = np.array(d[f"{FINAL_OBS_PREFIX}{k}"])
             for k in self.img_keys:
                 ep.final_img[k] = d[f"{Z_PREFIX}{FINAL_OBS_PREFIX}{k}"].tobytes()
-            self._make_sampleable(table, prev)
+            self._make_sampleable(table, gids[-1:])
             self._open.pop(key, None)
         else:
-            self._open[key] = prev
+            self._open[key] = int(gids[-1])
         self._enforce_ram_budget()
 
-    def _make_sampleable(self, table: StepTable, gid: int) -> None:
-        s = table.slot(gid)
-        table.cols["has_next"][s] = True
-        part = "demo" if table is self.tables["demo"] else (
-            "intervention" if table.cols["intervention"][s] else "online")
-        arr, n = self._part_gids[part], self._part_len[part]
-        if n == len(arr):
-            arr = self._part_gids[part] = np.concatenate([arr, np.zeros_like(arr)])
-        arr[n] = gid
-        self._part_len[part] = n + 1
+    def _make_sampleable(self, table: StepTable, gids: np.ndarray) -> None:
+        """Mark steps whose next observation is now known, and file them under their partition."""
+        if not len(gids):
+            return
+        slots = table.slot(gids)
+        table.cols["has_next"][slots] = True
+        if table is self.tables["demo"]:
+            groups = {"demo": gids}
+        else:
+            flag = table.cols["intervention"][slots]
+            groups = {"intervention": gids[flag], "online": gids[~flag]}
+        for part, g in groups.items():
+            arr, n = self._part_gids[part], self._part_len[part]
+            if n + len(g) > len(arr):
+                arr = self._part_gids[part] = np.concatenate([arr, np.zeros(max(len(arr), len(g)), np.int64)])
+            arr[n:n + len(g)] = g
+            self._part_len[part] = n + len(g)
 
     def _evict_slot(self, table: StepTable, s: int) -> None:
         for k in self.img_keys:

@@ -13,6 +13,7 @@ receivers drop and count such messages and keep running (``RejectCounter``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import msgpack
@@ -26,6 +27,7 @@ ALLOWED_DTYPES = frozenset(
     ["bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64", "float16", "float32",
      "float64"]
 )
+_DTYPES = {name: np.dtype(name) for name in ALLOWED_DTYPES}
 
 
 class WireError(ValueError):
@@ -103,12 +105,12 @@ def decode(frames: list[bytes], expected_types: frozenset[str] | None = None) ->
             raise WireError(f"array '{name}': dtype {dtype!r} not allowed")
         if not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape) or len(shape) > 8:
             raise WireError(f"array '{name}': bad shape {shape!r}")
-        expected = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        expected = math.prod(shape) * _DTYPES[dtype].itemsize
         if expected != len(frame):
             raise WireError(f"array '{name}': {len(frame)} bytes for shape {shape} of {dtype} ({expected} expected)")
         if name in arrays:
             raise WireError(f"array '{name}' appears twice")
-        arrays[name] = np.frombuffer(frame, dtype=dtype).reshape(shape)
+        arrays[name] = np.frombuffer(frame, dtype=_DTYPES[dtype]).reshape(shape)
     return Message(header["type"], header["sender"], header["seq"], header["meta"], arrays)
 
 
