@@ -4,8 +4,9 @@ Hydra has no subcommands, so the command is taken from argv and the rest is hand
 ``@hydra.main`` function: ``robolearn run task=reach algo=sac budget.minutes=3 run_name=x``.
 
 Commands:
-    run    train: a learner and actor processes, until the budget is spent or Ctrl-C
-    eval   run a trained policy: ``robolearn eval run_dir=runs/x episodes=20``
+    run      train: a learner and actor processes, until the budget is spent or Ctrl-C
+    eval     run a trained policy: ``robolearn eval run_dir=runs/x episodes=20``
+    buffer   ``robolearn buffer info runs/x`` | ``robolearn buffer export runs/x OUT [--only successes]``
 """
 
 from __future__ import annotations
@@ -86,7 +87,13 @@ def _eval(cfg: DictConfig) -> None:
           f"(mean return {result['mean_return']:.2f}, policy v{result['policy_version']})")
 
 
-COMMANDS = {"run": _run, "eval": _eval}
+def _buffer() -> None:
+    from robolearn.buffer.inspect import main as buffer_main
+
+    raise SystemExit(buffer_main(sys.argv[1:]))
+
+
+COMMANDS = {"run": _run, "eval": _eval, "buffer": _buffer}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -71,11 +71,13 @@ def _parse_at(data: bytes | memoryview, pos: int) -> tuple[int, list[int], list[
 
 class SegmentLog:
     def __init__(self, directory: str | Path, fsync: str = "batched", fsync_interval_s: float = 1.0,
-                 segment_bytes: int = 256 * 1024 * 1024) -> None:
+                 segment_bytes: int = 256 * 1024 * 1024, read_only: bool = False) -> None:
         if fsync not in ("strict", "batched", "off"):
             raise ValueError(f"buffer.fsync must be strict, batched or off, got {fsync!r}")
         self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only
+        if not read_only:
+            self.dir.mkdir(parents=True, exist_ok=True)
         self.fsync = fsync
         self.fsync_interval_s = fsync_interval_s
         self.segment_bytes = segment_bytes
@@ -114,7 +116,7 @@ class SegmentLog:
                                              "up to the next intact record")
                         pos = nxt
                         continue
-                    if k == len(segs) - 1:
+                    if k == len(segs) - 1 and not self.read_only:
                         self.problems.append(f"{path.name}: {parsed} at byte {pos}; the last {len(data) - pos} "
                                              "bytes (a write cut by a crash) were removed")
                         with open(path, "r+b") as f:
@@ -152,6 +154,8 @@ class SegmentLog:
 
     def append(self, frames: list[bytes | memoryview]) -> RecordRef:
         """Append one record; returns once the OS has it (the acknowledgement point)."""
+        if self.read_only:
+            raise PermissionError(f"{self.dir} was opened read-only")
         if self._file is None:
             self._open_for_append()
         elif self._file.tell() >= self.segment_bytes:
@@ -191,6 +195,8 @@ class SegmentLog:
                 os.fsync(self._file.fileno())
 
     def disk_bytes(self) -> int:
+        if not self.dir.exists():
+            return 0
         return sum(self.segment_path(s).stat().st_size for s in self.segments())
 
     def close(self) -> None:

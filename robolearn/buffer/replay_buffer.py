@@ -118,9 +118,12 @@ class StepTable:
 class ReplayBuffer:
     def __init__(self, directory: str | Path, obs_spec: ObservationSpec, action_spec: ActionSpec,
                  capacity: int = 1_000_000, ram_budget_mb: float = 4096.0, fsync: str = "batched",
-                 fsync_interval_s: float = 1.0, segment_mb: float = 256.0, seed: int = 0) -> None:
+                 fsync_interval_s: float = 1.0, segment_mb: float = 256.0, seed: int = 0,
+                 read_only: bool = False) -> None:
+        """``read_only``: inspect a buffer another process may be writing (no recovery, no appends)."""
         self.obs_spec, self.action_spec = obs_spec, action_spec
-        self.log = SegmentLog(directory, fsync, fsync_interval_s, int(segment_mb * 1024 * 1024))
+        self.read_only = read_only
+        self.log = SegmentLog(directory, fsync, fsync_interval_s, int(segment_mb * 1024 * 1024), read_only)
         adim = action_spec.dim
         self.tables = {"online": StepTable(obs_spec, adim, capacity, ring=True),
                        "demo": StepTable(obs_spec, adim, capacity, ring=False)}
@@ -163,6 +166,8 @@ class ReplayBuffer:
                 self._insert(msg.sender, msg.arrays, partition, ref)
             except (SpecError, KeyError, ValueError) as exc:
                 self.log.problems.append(f"a stored batch of {msg.sender} does not fit this buffer, skipped: {exc}")
+        if self.read_only:
+            return
         # episodes cut by a crash: keep what was acknowledged, mark them truncated, durably
         for key in list(self._open):
             robot_id, episode_id, partition = key
@@ -544,7 +549,7 @@ class ReplayBuffer:
                 "sampleable_by_partition": {p: len(self._live(p)) for p in PARTITIONS},
                 "steps_by_source": {"policy": int(self.counts_by_source[0]), "human": int(self.counts_by_source[1]),
                                     "scripted": int(self.counts_by_source[2])},
-                "episodes": len(eps), "episodes_committed": len(ended),
+                "episodes": len(eps), "episodes_committed": len(ended), "episodes_open": len(self._open),
                 "episodes_recovered_after_crash": sum(e.truncated_by_recovery for e in eps),
                 "episodes_with_interventions": sum(e.interventions > 0 for e in eps),
                 "success_rate": (sum(e.success for e in ended) / len(ended)) if ended else 0.0,

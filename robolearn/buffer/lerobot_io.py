@@ -1,0 +1,167 @@
+"""LeRobotDataset v3 in and out of the replay buffer.
+
+Feature names follow lerobot: ``observation.state`` <-> obs ``state``, ``observation.images.<cam>``
+<-> obs ``<cam>`` (uint8 HWC here, stored as images, not video, so values round-trip exactly),
+other ``observation.<key>`` <-> obs ``<key>``, ``action``, ``next.reward``, ``next.done``,
+``next.success`` and ``complementary_info.is_intervention`` (lerobot's HIL-SERL naming).
+
+Imported episodes go to the ``demo`` partition (never evicted). A dataset has no observation after
+an episode's last frame, so an imported episode's final observation repeats its last one; with
+``next.done`` the last step is terminal and that observation is never bootstrapped from.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from robolearn.buffer.replay_buffer import ReplayBuffer, is_image
+from robolearn.specs import ArraySpec, ObservationSpec, SpecError
+from robolearn.transition import OBS_PREFIX, ActionSource, TransitionWriter
+
+
+def feature_name(obs_key: str, spec: ArraySpec) -> str:
+    if obs_key == "state":
+        return "observation.state"
+    return f"observation.images.{obs_key}" if is_image(spec) else f"observation.{obs_key}"
+
+
+def obs_key_of(feature: str) -> str | None:
+    if feature == "observation.state":
+        return "state"
+    if feature.startswith("observation.images."):
+        return feature.removeprefix("observation.images.")
+    if feature.startswith("observation."):
+        return feature.removeprefix("observation.")
+    return None
+
+
+def lerobot_features(buffer: ReplayBuffer) -> dict:
+    feats = {}
+    for key, spec in buffer.obs_spec.arrays.items():
+        if is_image(spec):
+            feats[feature_name(key, spec)] = {"dtype": "image", "shape": tuple(spec.shape),
+                                              "names": ["height", "width", "channel"]}
+        else:
+            feats[feature_name(key, spec)] = {"dtype": spec.dtype, "shape": tuple(spec.shape),
+                                              "names": list(spec.names) or None}
+    a = buffer.action_spec.array
+    feats["action"] = {"dtype": "float32", "shape": tuple(a.shape), "names": list(a.names) or None}
+    for name, dtype in (("next.reward", "float32"), ("next.done", "bool"), ("next.success", "bool"),
+                        ("complementary_info.is_intervention", "bool")):
+        feats[name] = {"dtype": dtype, "shape": (1,), "names": None}
+    return feats
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """[start, end) of each run of True in ``mask``."""
+    edges = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
+    return list(zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist()))
+
+
+def export_lerobot(buffer: ReplayBuffer, root: str | Path, repo_id: str = "robolearn/export", fps: int = 25,
+                   only: str | None = None, task: str = "robolearn") -> int:
+    """Write committed episodes to a new LeRobotDataset v3 folder at ``root``; return the episode count.
+
+    ``only="successes"``: successful episodes; ``only="interventions"``: each run of consecutive human
+    intervention steps becomes one episode (the corrections, for imitation).
+    """
+    if only not in (None, "successes", "interventions"):
+        raise ValueError(f"only must be None, 'successes' or 'interventions', got {only!r}")
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    ds = LeRobotDataset.create(repo_id, fps=fps, features=lerobot_features(buffer), root=root, use_videos=False)
+    count = 0
+    for ep, d in buffer.iter_episodes(successes_only=only == "successes"):
+        n = len(d["action"])
+        pieces = _runs(d["intervention"]) if only == "interventions" else [(0, n)]
+        for start, end in pieces:
+            for i in range(start, end):
+                last = i == n - 1
+                frame = {feature_name(k, s): d[f"{OBS_PREFIX}{k}"][i] for k, s in buffer.obs_spec.arrays.items()}
+                frame.update({
+                    "action": d["action"][i].astype(np.float32),
+                    "next.reward": np.array([d["reward"][i]], np.float32),
+                    "next.done": np.array([bool(d["terminated"][i])]),
+                    "next.success": np.array([bool(last and ep.success)]),
+                    "complementary_info.is_intervention": np.array([bool(d["intervention"][i])]),
+                    "task": task,
+                })
+                ds.add_frame(frame)
+            ds.save_episode()
+            count += 1
+    ds.finalize()
+    return count
+
+
+def spec_from_lerobot(features: dict) -> ObservationSpec:
+    """The observation spec a buffer needs to hold a dataset with these lerobot features."""
+    arrays = {}
+    for name, f in features.items():
+        key = obs_key_of(name)
+        if key is None:
+            continue
+        if f["dtype"] in ("image", "video"):
+            shape = tuple(f["shape"])
+            if shape[0] in (1, 3) and shape[-1] not in (1, 3):  # CHW -> HWC
+                shape = (shape[1], shape[2], shape[0])
+            arrays[key] = ArraySpec(shape, dtype="uint8")
+        else:
+            shape, names = tuple(f["shape"]), f.get("names")
+            names = tuple(names) if isinstance(names, list) and len(shape) == 1 and len(names) == shape[0] else ()
+            size = int(np.prod(shape))
+            arrays[key] = ArraySpec(shape, dtype=f["dtype"], names=names, low=(-np.inf,) * size, high=(np.inf,) * size)
+    return ObservationSpec(arrays)
+
+
+def import_lerobot(buffer: ReplayBuffer, root: str | Path, repo_id: str = "local/dataset",
+                   robot_id: str = "lerobot", source: ActionSource = ActionSource.HUMAN) -> int:
+    """Append every episode of a local LeRobotDataset v3 folder to the ``demo`` partition; return the count."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    ds = LeRobotDataset(repo_id, root=root)
+    keys = {obs_key_of(n): n for n in ds.features if obs_key_of(n) is not None}
+    missing = set(buffer.obs_spec.arrays) - set(keys)
+    if missing:
+        raise SpecError(f"dataset {root} lacks observation(s) {sorted(missing)} that the buffer needs "
+                        f"(it has {sorted(keys)})")
+    episodes: dict[int, list[dict]] = {}
+    for i in range(len(ds)):
+        item = ds[i]
+        episodes.setdefault(int(item["episode_index"]), []).append(item)
+    first_id = max((e.episode_id for e in buffer.episodes.values() if e.robot_id == robot_id), default=-1) + 1
+    for n_ep, (_, frames) in enumerate(sorted(episodes.items())):
+        writer = TransitionWriter(buffer.obs_spec)
+        obs_list = [_obs(buffer, keys, f) for f in frames]
+        for j, f in enumerate(frames):
+            last = j == len(frames) - 1
+            done = bool(_scalar(f, "next.done", last))
+            reward = float(_scalar(f, "next.reward", 0.0))
+            success = bool(_scalar(f, "next.success", last and done and reward > 0))
+            intervention = bool(_scalar(f, "complementary_info.is_intervention", False))
+            writer.add(obs_list[j], np.asarray(f["action"], np.float32), action_source=int(source),
+                       intervention=intervention, reward=reward, terminated=last and done,
+                       truncated=last and not done, success=last and success, episode_id=first_id + n_ep, step=j,
+                       tick=int(f["frame_index"]), t_obs=float(f["timestamp"]), t_act=float(f["timestamp"]),
+                       policy_version=0, chunk_id=-1, chunk_index=0, delay_ticks=0)
+        buffer.add(robot_id, writer.flush(final_obs=obs_list[-1]), partition="demo")
+    return len(episodes)
+
+
+def _scalar(frame: dict, key: str, default):
+    if key not in frame:
+        return default
+    return np.asarray(frame[key]).reshape(-1)[0].item()
+
+
+def _obs(buffer: ReplayBuffer, keys: dict[str, str], frame: dict) -> dict[str, np.ndarray]:
+    out = {}
+    for key, spec in buffer.obs_spec.arrays.items():
+        value = np.asarray(frame[keys[key]])
+        if is_image(spec):  # lerobot returns float CHW in [0, 1]
+            value = np.round(value * 255.0).clip(0, 255).astype(np.uint8)
+            if value.shape != tuple(spec.shape):
+                value = np.transpose(value, (1, 2, 0))
+        out[key] = value.astype(spec.dtype).reshape(spec.shape)
+    return out
