@@ -9,7 +9,7 @@ export MUJOCO_GL := egl
 MINUTES ?= 3
 PYTEST := $(VENV)/bin/python -m pytest
 
-.PHONY: setup run test test-all bench bench-reach lint clean
+.PHONY: setup run test test-all bench bench-reach bench-buffer lint clean
 
 setup: $(VENV)/.installed
 
@@ -36,7 +36,10 @@ test-all: setup
 bench-reach: setup
 	$(VENV)/bin/python benchmarks/learn_reach.py
 
-bench: bench-reach
+bench-buffer: setup
+	$(VENV)/bin/python benchmarks/buffer.py $(ARGS)
+
+bench: bench-reach bench-buffer
 
 lint: setup
 	$(VENV)/bin/ruff check robolearn hardware sim policies apps tests benchmarks

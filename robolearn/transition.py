@@ -39,6 +39,7 @@ SCALAR_FIELDS: dict[str, str] = {
     "chunk_index": "int32",     # index of the action within its chunk
     "delay_ticks": "int32",     # inference delay (ticks) the chunk was computed for
 }
+_SCALAR_DTYPES = {name: np.dtype(dtype) for name, dtype in SCALAR_FIELDS.items()}
 OBS_PREFIX = "obs."
 FINAL_OBS_PREFIX = "final_obs."
 
@@ -60,8 +61,8 @@ def validate_batch(arrays: dict[str, np.ndarray], obs_spec: ObservationSpec, act
         raise SpecError(f"transition batch is missing field(s) {sorted(missing)}")
     if extra:
         raise SpecError(f"transition batch has unknown field(s) {sorted(extra)}")
-    for name, dtype in SCALAR_FIELDS.items():
-        if arrays[name].shape != (n,) or arrays[name].dtype != np.dtype(dtype):
+    for name, dtype in _SCALAR_DTYPES.items():
+        if arrays[name].shape != (n,) or arrays[name].dtype != dtype:
             raise SpecError(f"field '{name}': got {arrays[name].dtype}{arrays[name].shape}, expected {dtype}({n},)")
     act = arrays["action"]
     if act.shape != (n, *action_spec.array.shape) or act.dtype != np.dtype(action_spec.array.dtype):

@@ -104,7 +104,7 @@ def test_capacity_evicts_oldest_online_steps_and_never_demos(tmp_path):
     for ep in range(15):
         buf.add("r", batch(ep, 0, 100, end="truncated"))
     assert buf.tables["online"].n == 1500
-    b = buf.sample(5000, gamma=1.0)
+    b = buf.sample(5000, gamma=1.0, with_info=True)
     online = b["partition"] == 0
     assert b["obs.state"][online, 0].min() >= 5  # episodes 0..4 (the oldest 500 steps) are gone
     assert np.any(b["obs.state"][~online, 0] == 999)  # demos stay

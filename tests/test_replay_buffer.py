@@ -103,21 +103,21 @@ def test_partition_mix_age_weights_and_success_filter(tmp_path):
     sizes = buf.partition_sizes()
     assert sizes == {"online": 200, "intervention": 20, "demo": 20}
 
-    b = buf.sample(4000, mix={"online": 0.5, "demo": 0.25, "intervention": 0.25})
+    b = buf.sample(4000, mix={"online": 0.5, "demo": 0.25, "intervention": 0.25}, with_info=True)
     frac = np.bincount(b["partition"], minlength=3) / 4000
     assert frac == pytest.approx([0.5, 0.25, 0.25], abs=0.03)
     assert np.all(b["intervention"][b["partition"] == 1])
-    uniform = buf.sample(4000)
+    uniform = buf.sample(4000, with_info=True)
     assert np.bincount(uniform["partition"], minlength=3) / 4000 == pytest.approx([200 / 240, 20 / 240, 20 / 240],
                                                                                    abs=0.03)
 
-    aged = buf.sample(4000, mix={"online": 1.0}, age_decay=0.5, age_uniform=0.0, current_version=10)
+    aged = buf.sample(4000, mix={"online": 1.0}, age_decay=0.5, age_uniform=0.0, current_version=10, with_info=True)
     newest = np.mean(aged["policy_version"] == 10)
     assert newest == pytest.approx(0.5, abs=0.04)  # weights 1, 1/2, 1/4, ... over equal-sized versions
     with pytest.raises(ValueError, match="unknown partition"):
         buf.sample(4, mix={"offline": 1.0})
 
-    good = buf.sample(2000, success_only=True)
+    good = buf.sample(2000, success_only=True, with_info=True)
     eps = set(good["obs.state"][:, 0].astype(int).tolist())
     assert eps == {0, 2, 4, 6, 8, 200} and good["episode_success"].all()
     returned = buf.sample(2000, min_return=1.0)  # Hi-ORS acceptance: every episode but the 0-return one

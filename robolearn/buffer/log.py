@@ -162,25 +162,24 @@ class SegmentLog:
             self._seal()
             self._seg += 1
             self._file = open(self.segment_path(self._seg), "ab")
-        lengths = struct.pack(f"<{len(frames)}Q", *(len(f) for f in frames))
-        crc = zlib.crc32(lengths)
-        for f in frames:
-            crc = zlib.crc32(f, crc)
+        sizes = [len(f) for f in frames]
+        lengths = struct.pack(f"<{len(frames)}Q", *sizes)
+        body = b"".join(frames)  # one copy, then one checksum and one write instead of one per frame
+        crc = zlib.crc32(body, zlib.crc32(lengths))
         start = self._file.tell()
         head = _HEAD.pack(MAGIC, len(frames)) + lengths + struct.pack("<I", crc)
-        self._file.write(head)
+        self._file.write(head + body)
         offsets, off = [], start + len(head)
-        for f in frames:
-            self._file.write(f)
+        for n in sizes:
             offsets.append(off)
-            off += len(f)
+            off += n
         self._file.flush()
         self.num_records += 1
         now = time.monotonic()
         if self.fsync == "strict" or (self.fsync == "batched" and now - self._last_fsync >= self.fsync_interval_s):
             os.fsync(self._file.fileno())
             self._last_fsync = now
-        return RecordRef(self._seg, tuple(offsets), tuple(len(f) for f in frames))
+        return RecordRef(self._seg, tuple(offsets), tuple(sizes))
 
     def _seal(self) -> None:
         self._file.flush()

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import lz4.block
@@ -63,13 +63,15 @@ class Episode:
     ended: bool = False            # committed (ended by its own record, or closed after a crash)
     truncated_by_recovery: bool = False
     interventions: int = 0
-    final_vec: dict[str, np.ndarray] = field(default_factory=dict)
-    final_img: dict[str, bytes] = field(default_factory=dict)
 
 
 class StepTable:
     """Columnar steps. ``ring``: a fixed ring of ``capacity`` slots (slot = gid % capacity);
-    otherwise grows without bound (slot = gid). ``gid`` counts steps ever added to this table."""
+    otherwise grows without bound (slot = gid). ``gid`` counts steps ever added to this table.
+
+    The float32 fields a SAC batch reads together (1-D float32 observations, action, reward) share one
+    row-major ``block``, and ``cols`` holds views into it: sampling is bound by random memory access,
+    and one gather of a ~100-byte row touches far fewer cache lines than one gather per field."""
 
     def __init__(self, obs_spec: ObservationSpec, action_dim: int, capacity: int, ring: bool) -> None:
         self.ring = ring
@@ -77,20 +79,36 @@ class StepTable:
         self.n = 0
         self.vec_keys = [k for k, s in obs_spec.arrays.items() if not is_image(s)]
         self.img_keys = [k for k, s in obs_spec.arrays.items() if is_image(s)]
+        packed = [(f"{OBS_PREFIX}{k}", obs_spec.arrays[k].size) for k in self.vec_keys
+                  if obs_spec.arrays[k].dtype == "float32" and len(obs_spec.arrays[k].shape) == 1]
+        packed += [("action", action_dim), ("reward", 0)]  # width 0: a scalar column
+        self.layout: dict[str, slice | int] = {}
+        width = 0
+        for name, w in packed:
+            self.layout[name] = slice(width, width + w) if w else width
+            width += max(w, 1)
+        self.block_width = width
         c = self.capacity
-        self.cols: dict[str, np.ndarray] = {name: np.zeros(c, dtype) for name, dtype in SCALAR_FIELDS.items()}
-        self.cols["action"] = np.zeros((c, action_dim), np.float32)
+        self.block = np.zeros((c, width), np.float32)
+        self.cols: dict[str, np.ndarray] = {name: np.zeros(c, dtype) for name, dtype in SCALAR_FIELDS.items()
+                                            if name not in self.layout}
         self.cols["gid"] = np.full(c, -1, np.int64)
         self.cols["next_gid"] = np.full(c, -1, np.int64)
         self.cols["has_next"] = np.zeros(c, bool)
         self.cols["episode_key"] = np.full(c, -1, np.int64)
         for k in self.vec_keys:
             spec = obs_spec.arrays[k]
-            self.cols[f"{OBS_PREFIX}{k}"] = np.zeros((c, *spec.shape), spec.dtype)
+            if f"{OBS_PREFIX}{k}" not in self.layout:
+                self.cols[f"{OBS_PREFIX}{k}"] = np.zeros((c, *spec.shape), spec.dtype)
         for k in self.img_keys:
             self.cols[f"ref.{k}"] = np.zeros((c, 3), np.int64)  # segment, offset, length of the blob on disk
+        self._bind_views()
         self.blobs: dict[str, list[bytes | None]] = {k: [None] * c for k in self.img_keys}
         self.ram_oldest = 0  # oldest gid whose blobs may still be in RAM
+
+    def _bind_views(self) -> None:
+        for name, where in self.layout.items():
+            self.cols[name] = self.block[:, where]
 
     def slot(self, gid):
         return gid % self.capacity if self.ring else gid
@@ -105,11 +123,17 @@ class StepTable:
             return
         new = max(2 * self.capacity, self.n + k)
         for name, col in self.cols.items():
+            if name in self.layout:
+                continue
             grown = np.zeros((new, *col.shape[1:]), col.dtype)
             if name in ("gid", "next_gid", "episode_key"):
                 grown[:] = -1
             grown[: self.capacity] = col
             self.cols[name] = grown
+        block = np.zeros((new, self.block_width), np.float32)
+        block[: self.capacity] = self.block
+        self.block = block
+        self._bind_views()
         for k2 in self.img_keys:
             self.blobs[k2].extend([None] * (new - self.capacity))
         self.capacity = new
@@ -140,6 +164,11 @@ class ReplayBuffer:
         self._part_len = dict.fromkeys(PARTITIONS, 0)
         self._part_head = dict.fromkeys(PARTITIONS, 0)
         self.counts_by_source = np.zeros(3, np.int64)
+        # by episode index, for vectorised lookups in sampling: success, final observations
+        self._ep_success = np.zeros(1024, bool)
+        self._final_vec = {k: np.zeros((1024, *obs_spec.arrays[k].shape), obs_spec.arrays[k].dtype)
+                           for k in self.vec_keys}
+        self._final_img: dict[str, list[bytes | None]] = {k: [None] * 1024 for k in self.img_keys}
         self.max_version = 0
         self.rng = np.random.default_rng(seed)
         self.lock = threading.RLock()
@@ -195,9 +224,10 @@ class ReplayBuffer:
             raise ValueError(f"partition must be 'online' or 'demo' (interventions are flagged per step), "
                              f"got {partition!r}")
         n = validate_batch(arrays, self.obs_spec, self.action_spec)
-        if len(np.unique(arrays["episode_id"])) != 1:
+        episode, step = arrays["episode_id"], arrays["step"]
+        if n > 1 and not (episode == episode[0]).all():
             raise SpecError("a transition batch must hold steps of one episode")
-        if np.any(np.diff(arrays["step"]) != 1):
+        if n > 1 and not (step[1:] - step[:-1] == 1).all():
             raise SpecError("the steps of a transition batch are not consecutive")
         key = (robot_id, int(arrays["episode_id"][0]), partition)
         with self.lock:
@@ -251,6 +281,12 @@ class ReplayBuffer:
             ep_idx = len(self.episodes)
             self._episode_index[key] = ep_idx
             self.episodes[ep_idx] = Episode(robot_id, key[1], partition, table_name, first_gid=table.n)
+            if ep_idx >= len(self._ep_success):  # per-episode arrays grow together
+                self._ep_success = np.concatenate([self._ep_success, np.zeros_like(self._ep_success)])
+                for k in self.vec_keys:
+                    self._final_vec[k] = np.concatenate([self._final_vec[k], np.zeros_like(self._final_vec[k])])
+                for k in self.img_keys:
+                    self._final_img[k].extend([None] * (len(self._ep_success) - len(self._final_img[k])))
         ep = self.episodes[ep_idx]
         names = list(d)
         frame_of = {name: i for i, name in enumerate(names)}  # encode() keeps dict order
@@ -273,13 +309,17 @@ class ReplayBuffer:
         for k in self.img_keys:
             field_name = f"{OBS_PREFIX}{k}"
             lens = d[f"{ZLEN_PREFIX}{field_name}"]
-            starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
-            base = ref.frame_offsets[1 + frame_of[f"{Z_PREFIX}{field_name}"]]  # frame 0 is the header
-            cols[f"ref.{k}"][slots] = np.stack([np.full(n, ref.segment), base + starts, lens], axis=1)
+            ends_ = np.cumsum(lens)
+            starts = ends_ - lens
+            refs = cols[f"ref.{k}"]
+            refs[slots, 0] = ref.segment
+            refs[slots, 1] = ref.frame_offsets[1 + frame_of[f"{Z_PREFIX}{field_name}"]] + starts  # 0: header
+            refs[slots, 2] = lens
             data = d[f"{Z_PREFIX}{field_name}"].tobytes()
-            for s_new, a, ln in zip(slots.tolist(), starts.tolist(), lens.tolist()):
-                table.blobs[k][s_new] = data[a:a + ln]
-            self.ram_image_bytes += int(lens.sum())
+            ram = table.blobs[k]
+            for s_new, a, e in zip(slots.tolist(), starts.tolist(), ends_.tolist()):
+                ram[s_new] = data[a:e]
+            self.ram_image_bytes += int(ends_[-1])
         prev = self._open.get(key)
         if prev is not None and table.alive(np.array([prev]))[0]:
             cols["next_gid"][table.slot(prev)] = gids[0]
@@ -295,10 +335,11 @@ class ReplayBuffer:
         if d["terminated"][-1] or d["truncated"][-1]:
             ep.ended = True
             ep.success = bool(d["success"][-1])
+            self._ep_success[ep_idx] = ep.success
             for k in self.vec_keys:
-                ep.final_vec[k] = np.array(d[f"{FINAL_OBS_PREFIX}{k}"])
+                self._final_vec[k][ep_idx] = d[f"{FINAL_OBS_PREFIX}{k}"]
             for k in self.img_keys:
-                ep.final_img[k] = d[f"{Z_PREFIX}{FINAL_OBS_PREFIX}{k}"].tobytes()
+                self._final_img[k][ep_idx] = d[f"{Z_PREFIX}{FINAL_OBS_PREFIX}{k}"].tobytes()
             self._make_sampleable(table, gids[-1:])
             self._open.pop(key, None)
         else:
@@ -331,6 +372,8 @@ class ReplayBuffer:
                 table.blobs[k][s] = None
 
     def _enforce_ram_budget(self) -> None:
+        if self.ram_image_bytes <= self.ram_budget:
+            return
         for table in (self.tables["online"], self.tables["demo"]):
             while self.ram_image_bytes > self.ram_budget and table.ram_oldest < table.n:
                 g = table.ram_oldest
@@ -343,7 +386,8 @@ class ReplayBuffer:
     def _live(self, part: str) -> np.ndarray:
         table = self.tables["demo" if part == "demo" else "online"]
         arr, head, n = self._part_gids[part], self._part_head[part], self._part_len[part]
-        while head < n and not table.alive(arr[head:head + 1])[0]:
+        low = table.n - table.capacity if table.ring else 0
+        while head < n and arr[head] < low:
             head += 1  # evicted by age (the oldest come first)
         self._part_head[part] = head
         return arr[head:n]
@@ -355,7 +399,7 @@ class ReplayBuffer:
     def sample(self, batch_size: int, horizon: int = 1, gamma: float = 0.99, n_step: int | None = None,
                mix: dict[str, float] | None = None, age_decay: float | None = None, age_uniform: float = 0.5,
                current_version: int | None = None, success_only: bool = False,
-               min_return: float | None = None) -> dict[str, np.ndarray]:
+               min_return: float | None = None, with_info: bool = False) -> dict[str, np.ndarray]:
         """A batch of windows of ``horizon`` consecutive steps (actions) with ``n_step`` returns.
 
         Who is drawn: ``mix`` gives partition ratios (e.g. ``{"online": 0.5, "demo": 0.5}``; default:
@@ -366,14 +410,28 @@ class ReplayBuffer:
         Returns ``obs.<key>`` / ``next_obs.<key>`` (B, ...), images uint8; ``action`` (B, horizon, A)
         in robot units, padded with the last action after an episode end, ``action_mask`` (B, horizon);
         ``reward`` (B,) = sum_k gamma^k r_{t+k} over n steps; ``discount`` (B,) = gamma^n, 0 after
-        termination; ``intervention``, ``action_source``, ``policy_version``, ``partition`` (B,) of the
-        first step, and ``episode_success`` (B,).
+        termination. With ``with_info``: ``intervention``, ``action_source``, ``policy_version``,
+        ``partition`` (B,) of the first step, and ``episode_success`` (B,) (each extra field is another
+        random gather, so plain SAC batches leave them out).
         """
         n_step = horizon if n_step is None else n_step
         with self.lock:
             picks = self._pick(batch_size, mix, age_decay, age_uniform, current_version, success_only, min_return)
-            parts = [self._gather(part, gids, horizon, n_step, gamma) for part, gids in picks if len(gids)]
-        out = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+            by_table: dict[str, list] = {}
+            for part, gids in picks:
+                if len(gids):
+                    by_table.setdefault("demo" if part == "demo" else "online", []).append((part, gids))
+            parts = []
+            for name, items in by_table.items():
+                gids = np.concatenate([g for _, g in items]) if len(items) > 1 else items[0][1]
+                codes = np.concatenate([np.full(len(g), PARTITIONS.index(p), np.uint8) for p, g in items]) \
+                    if with_info else None
+                parts.append(self._gather(self.tables[name], gids, codes, horizon, n_step, gamma))
+        if len(parts) == 1:
+            out = parts[0]
+        else:
+            out = {k: (sum((p[k] for p in parts), []) if isinstance(parts[0][k], list) else
+                       np.concatenate([p[k] for p in parts])) for k in parts[0]}
         for k in self.img_keys:  # decompress outside the lock (lz4 releases the GIL)
             for prefix in (OBS_PREFIX, "next_obs."):
                 out[f"{prefix}{k}"] = self._decompress(k, out.pop(f"{prefix}{k}"))
@@ -389,6 +447,10 @@ class ReplayBuffer:
             counts = self.rng.multinomial(b, sizes / sizes.sum())
             return [(p, g[self.rng.integers(0, len(g), c)]) for (p, g), c in zip(cands, counts)]
         live = {p: self._live(p) for p in PARTITIONS}
+        nonempty = [p for p in PARTITIONS if len(live[p])]
+        if mix is None and age_decay is None and len(nonempty) == 1:  # the usual case: one partition
+            p = nonempty[0]
+            return [(p, self._draw_alive(self.tables["demo" if p == "demo" else "online"], live[p], b))]
         if mix is None:
             sizes = np.array([len(live[p]) for p in PARTITIONS], float)
             if sizes.sum() == 0:
@@ -409,10 +471,10 @@ class ReplayBuffer:
                 continue
             table = self.tables["demo" if p == "demo" else "online"]
             gids = live[p]
-            gids = gids[table.alive(gids)]  # a few entries behind the head may have been evicted
             if age_decay is None:
-                picks.append((p, gids[self.rng.integers(0, len(gids), c)]))
+                picks.append((p, self._draw_alive(table, gids, c)))
                 continue
+            gids = gids[table.alive(gids)]
             version = self.max_version if current_version is None else current_version
             age = version - table.cols["policy_version"][table.slot(gids)]
             w = np.power(age_decay, np.maximum(age, 0).astype(np.float64))
@@ -421,6 +483,18 @@ class ReplayBuffer:
                                      self.rng.choice(gids, size=c - n_uniform, p=w / w.sum())])
             picks.append((p, chosen))
         return picks
+
+    def _draw_alive(self, table: StepTable, gids: np.ndarray, count: int) -> np.ndarray:
+        """``count`` uniform draws from ``gids``, redrawing the rare entry evicted behind the head."""
+        drawn = gids[self.rng.integers(0, len(gids), count)]
+        if not table.ring or table.n <= table.capacity:
+            return drawn  # nothing has been evicted yet
+        for _ in range(100):
+            dead = drawn < table.n - table.capacity
+            if not dead.any():
+                return drawn
+            drawn[dead] = gids[self.rng.integers(0, len(gids), int(dead.sum()))]
+        return drawn[table.alive(drawn)]
 
     def _filtered_gids(self, success_only: bool, min_return: float | None) -> list[tuple[str, np.ndarray]]:
         by_part: dict[str, list[np.ndarray]] = {p: [] for p in PARTITIONS}
@@ -441,11 +515,58 @@ class ReplayBuffer:
                     by_part[p].append(gids[flag == (p == "intervention")])
         return [(p, np.concatenate(v)) for p, v in by_part.items() if v and sum(len(x) for x in v)]
 
-    def _gather(self, part: str, start: np.ndarray, horizon: int, n_step: int, gamma: float) -> dict:
-        table = self.tables["demo" if part == "demo" else "online"]
+    def _gather(self, table: StepTable, start: np.ndarray, part_codes: np.ndarray | None, horizon: int,
+                n_step: int, gamma: float) -> dict:
+        """Assemble a batch from ``start`` steps of one table; ``part_codes`` given: add the info fields."""
         cols = table.cols
         b = len(start)
-        steps = max(horizon, n_step)
+        ss = table.slot(start)
+        rows = None
+        if horizon == 1 and n_step == 1:  # plain one-step transitions: the common case, kept lean
+            last, ls = start, ss
+            rows = table.block[ss]  # observation, action and reward in one gather
+            action = rows[:, table.layout["action"]][:, None]
+            mask = np.ones((b, 1), bool)
+            reward = rows[:, table.layout["reward"]]
+            disc = np.float32(gamma)
+        else:
+            action, mask, reward, disc, last = self._walk(table, start, horizon, n_step, gamma)
+            ls = table.slot(last)
+        nxt = cols["next_gid"][ls]
+        has_succ = nxt >= 0  # else the window ends its episode: the next observation is the final one
+        out = {"action": action, "action_mask": mask, "reward": reward.astype(np.float32, copy=False),
+               "discount": (~cols["terminated"][ls] * disc).astype(np.float32, copy=False)}
+        if part_codes is not None:
+            out.update({"intervention": cols["intervention"][ss], "action_source": cols["action_source"][ss],
+                        "policy_version": cols["policy_version"][ss], "partition": part_codes,
+                        "episode_success": self._ep_success[cols["episode_key"][ss]]})
+        succ_slot = table.slot(np.where(has_succ, nxt, last))
+        ends = np.flatnonzero(~has_succ)
+        ep_of_last = cols["episode_key"][ls[ends]]
+        next_rows = table.block[succ_slot] if rows is not None else None
+        for k in self.vec_keys:
+            name = f"{OBS_PREFIX}{k}"
+            if rows is not None and name in table.layout:
+                out[name] = rows[:, table.layout[name]]
+                nxt_obs = next_rows[:, table.layout[name]]
+            else:
+                out[name] = cols[name][ss]
+                nxt_obs = cols[name][succ_slot]
+            nxt_obs[ends] = self._final_vec[k][ep_of_last]
+            out[f"next_obs.{k}"] = nxt_obs
+        for k in self.img_keys:
+            out[f"{OBS_PREFIX}{k}"] = [self._blob(table, k, int(g)) for g in start]
+            nb = [self._blob(table, k, int(g)) for g in np.where(has_succ, nxt, last)]
+            for i, e in zip(ends, ep_of_last):
+                nb[i] = self._final_img[k][e] or nb[i]
+            out[f"next_obs.{k}"] = nb
+        return out
+
+    def _walk(self, table: StepTable, start: np.ndarray, horizon: int, n_step: int, gamma: float):
+        """Follow next links for H-step action windows and n-step returns; stop at an episode end or at a step
+        whose own next observation is not known yet. Returns (action, mask, reward, discount, last step)."""
+        cols = table.cols
+        b = len(start)
         gid = start.copy()
         alive = np.ones(b, bool)      # the window has not passed an episode end
         last = start.copy()           # last step inside the window (for n-step bootstrapping)
@@ -453,7 +574,7 @@ class ReplayBuffer:
         disc = np.ones(b, np.float64)
         action = np.zeros((b, horizon, cols["action"].shape[1]), np.float32)
         mask = np.zeros((b, horizon), bool)
-        for k in range(steps):
+        for k in range(max(horizon, n_step)):
             s = table.slot(gid)
             if k < horizon:
                 action[:, k] = cols["action"][table.slot(np.where(alive, gid, last))]
@@ -462,43 +583,12 @@ class ReplayBuffer:
                 reward += np.where(alive, disc * cols["reward"][s], 0.0)
                 disc = np.where(alive, disc * gamma, disc)
                 last = np.where(alive, gid, last)
-            # the window goes on only within the episode, to a step whose own next observation is known
             nxt = cols["next_gid"][s]
             ok = alive & (nxt >= 0)
             ok[ok] = table.alive(nxt[ok]) & cols["has_next"][table.slot(nxt[ok])]
             alive = ok
             gid = np.where(alive, nxt, gid)
-        ls = table.slot(last)
-        terminated = cols["terminated"][ls]
-        nxt = cols["next_gid"][ls]
-        has_succ = nxt >= 0  # else the window ends its episode: the next observation is the final one
-        ss = table.slot(start)
-        out = {"action": action, "action_mask": mask, "reward": reward.astype(np.float32),
-               "discount": np.where(terminated, 0.0, disc).astype(np.float32),
-               "intervention": cols["intervention"][ss], "action_source": cols["action_source"][ss],
-               "policy_version": cols["policy_version"][ss],
-               "partition": np.full(b, PARTITIONS.index(part), np.uint8),
-               "episode_success": np.array([self.episodes[int(e)].success for e in cols["episode_key"][ss]], bool)}
-        for k in self.vec_keys:
-            col = cols[f"{OBS_PREFIX}{k}"]
-            nxt_obs = col[table.slot(np.where(has_succ, nxt, last))].copy()
-            for i in np.flatnonzero(~has_succ):  # the window ended its episode: the final observation
-                ep = self.episodes[int(cols["episode_key"][ls[i]])]
-                if k in ep.final_vec:
-                    nxt_obs[i] = ep.final_vec[k]
-            out[f"{OBS_PREFIX}{k}"] = col[ss].copy()
-            out[f"next_obs.{k}"] = nxt_obs
-        for k in self.img_keys:
-            out[f"{OBS_PREFIX}{k}"] = np.array([self._blob(table, k, g) for g in start], dtype=object)
-            nb = []
-            for i in range(b):
-                if has_succ[i]:
-                    nb.append(self._blob(table, k, int(nxt[i])))
-                else:
-                    ep = self.episodes[int(cols["episode_key"][ls[i]])]
-                    nb.append(ep.final_img.get(k) or self._blob(table, k, int(last[i])))
-            out[f"next_obs.{k}"] = np.array(nb, dtype=object)
-        return out
+        return action, mask, reward, disc, last
 
     def _blob(self, table: StepTable, key: str, gid: int) -> bytes:
         s = table.slot(gid)

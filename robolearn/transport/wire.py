@@ -28,6 +28,7 @@ ALLOWED_DTYPES = frozenset(
      "float64"]
 )
 _DTYPES = {name: np.dtype(name) for name in ALLOWED_DTYPES}
+_NAMES = {dt: name for name, dt in _DTYPES.items()}  # dtype.name is slow enough to matter per message
 
 
 class WireError(ValueError):
@@ -50,9 +51,10 @@ def encode(msg_type: str, sender: str, seq: int, meta: dict | None = None,
     specs, frames = [], []
     for name, arr in arrays.items():
         arr = np.ascontiguousarray(arr)
-        if arr.dtype.name not in ALLOWED_DTYPES:
+        dtype = _NAMES.get(arr.dtype)
+        if dtype is None:
             raise WireError(f"array '{name}' has dtype {arr.dtype}, not one of the wire dtypes")
-        specs.append({"name": name, "dtype": arr.dtype.name, "shape": list(arr.shape)})
+        specs.append({"name": name, "dtype": dtype, "shape": list(arr.shape)})
         frames.append(memoryview(arr).cast("B") if arr.size else b"")
     header = msgpack.packb(
         {"type": msg_type, "schema": SCHEMA_VERSION, "sender": sender, "seq": int(seq), "meta": meta or {},
