@@ -88,7 +88,7 @@ def _eval(cfg: DictConfig) -> None:
 
 
 def _buffer() -> None:
-    from robolearn.buffer.inspect import main as buffer_main
+    from robolearn.buffer.commands import main as buffer_main
 
     raise SystemExit(buffer_main(sys.argv[1:]))
 

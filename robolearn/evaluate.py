@@ -9,7 +9,7 @@ import torch
 from omegaconf import OmegaConf
 
 from robolearn.config import validate
-from robolearn.learner.loop import build_task_and_policy
+from robolearn.registry import build_task_and_policy
 from robolearn.runtime.rundir import RunDir
 
 

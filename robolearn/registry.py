@@ -41,6 +41,13 @@ def names(group: str) -> list[str]:
     return sorted(_REGISTRY[group])
 
 
+def build_task_and_policy(cfg):
+    """The task env of a ``RunConfig`` (robot inside) and a fresh policy for its specs."""
+    env = lookup("task", cfg.task.name).factory(cfg.task, cfg.robot)
+    policy = lookup("policy", cfg.policy.name).factory(env.observation_spec, env.action_spec, cfg.policy)
+    return env, policy
+
+
 def load_builtins() -> None:
     # imported here, not at module top, so the core does not depend on sim/policies at import time
     import robolearn.learner.sac  # noqa: F401

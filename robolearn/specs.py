@@ -143,19 +143,3 @@ class ActionSpec:
     @classmethod
     def from_dict(cls, d: dict) -> ActionSpec:
         return cls(ArraySpec.from_dict(d["array"]), int(d["chunk_horizon"]))
-
-
-def check_compatible(robot_obs: ObservationSpec, robot_act: ActionSpec,
-                     policy_obs: ObservationSpec, policy_act: ActionSpec) -> None:
-    """Fail with a message naming the first key where a policy's specs disagree with a robot's."""
-    for key, spec in policy_obs.arrays.items():
-        if key not in robot_obs.arrays:
-            raise SpecError(f"policy expects observation '{key}', robot provides {sorted(robot_obs.arrays)}")
-        if robot_obs.arrays[key].shape != spec.shape:
-            raise SpecError(
-                f"observation '{key}': robot shape {robot_obs.arrays[key].shape} != policy shape {spec.shape}"
-            )
-    if robot_act.array.shape != policy_act.array.shape:
-        raise SpecError(f"action: robot shape {robot_act.array.shape} != policy shape {policy_act.array.shape}")
-    if robot_act.array.names != policy_act.array.names:
-        raise SpecError(f"action names differ: robot {robot_act.array.names} vs policy {policy_act.array.names}")

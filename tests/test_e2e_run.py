@@ -37,3 +37,11 @@ def test_short_run_learns_asynchronously_and_leaves_a_complete_run_dir(tmp_path)
                    "/robot/sim_so101-0/reward", "/learner/critic_loss", "/learner/actor_loss", "/learner/alpha"):
         assert entity in out.stdout, f"{entity} missing from run.rrd"
     assert (run / "config.yaml").exists() and (run / "metrics.jsonl").stat().st_size > 0
+
+    # the buffer CLI reads the same run
+    info = robolearn(["buffer", "info", str(run), "--json"], cwd=tmp_path, timeout=120)
+    assert info.returncode == 0, info.stderr
+    figures = json.loads(info.stdout)
+    assert figures["steps"]["online"] == summary["env_steps"]
+    assert figures["episodes_committed"] == summary["episodes"] and figures["episodes_open"] == 0
+    assert not figures["problems"]

@@ -14,8 +14,9 @@ import pytest
 import zmq
 
 from robolearn.config import to_yaml, validate
-from robolearn.learner.loop import build_task_and_policy, weights_arrays
+from robolearn.learner.loop import weights_arrays
 from robolearn.logging.status import read_json, write_json_atomic
+from robolearn.registry import build_task_and_policy
 from robolearn.transition import TransitionWriter
 from robolearn.transport.sockets import send
 from tests.helpers import wait_for

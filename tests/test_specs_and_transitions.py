@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from robolearn.specs import ActionSpec, ArraySpec, ObservationSpec, SpecError, check_compatible
+from robolearn.specs import ActionSpec, ArraySpec, ObservationSpec, SpecError
 from robolearn.transition import TransitionWriter, validate_batch
 
 OBS = ObservationSpec({"state": ArraySpec((3,), low=(-1,) * 3, high=(1,) * 3)})
@@ -31,12 +31,6 @@ def test_action_normalisation_round_trip_and_clip():
     a = np.array([1.0, -2.0], np.float32)
     np.testing.assert_allclose(ACT.to_robot(ACT.to_normalised(a)), a, atol=1e-6)
     np.testing.assert_allclose(ACT.clip(np.array([5.0, -5.0])), [2.0, -2.0])
-
-
-def test_compatibility_check_names_mismatch():
-    other = ActionSpec(ArraySpec((2,), names=("a.pos", "c.pos"), low=(-2, -2), high=(2, 2)))
-    with pytest.raises(SpecError, match="action names differ"):
-        check_compatible(OBS, ACT, OBS, other)
 
 
 def test_valid_batch_passes_and_counts():

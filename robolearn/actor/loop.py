@@ -26,11 +26,10 @@ from robolearn.actor.action_queue import ActionQueue
 from robolearn.actor.weights import WeightSubscriber
 from robolearn.clock import FreeClock, RealClock
 from robolearn.config import RunConfig
-from robolearn.learner.loop import build_task_and_policy
 from robolearn.logging.status import read_json, write_json_atomic
+from robolearn.registry import build_task_and_policy
 from robolearn.runtime.process import StopFlag
 from robolearn.runtime.rundir import RunDir
-from robolearn.specs import check_compatible
 from robolearn.transition import ActionSource, TransitionWriter
 from robolearn.transport.sockets import send
 from robolearn.transport.wire import RejectCounter
@@ -43,8 +42,6 @@ class Actor:
         torch.manual_seed(cfg.seed + 1000 + index)
         self.env, self.policy = build_task_and_policy(cfg)
         self.policy.eval()
-        check_compatible(self.env.observation_spec, self.env.action_spec, self.env.observation_spec,
-                         self.env.action_spec)
         self.robot_id = f"{self.env.robot.name}-{index}"
         self.name = f"actor-{index}"
         self.rejects = RejectCounter()

@@ -84,6 +84,7 @@ class SegmentLog:
         self.problems: list[str] = []      # corruption found at load, one line each
         self.num_records = 0
         self._file = None
+        self._readers: dict[int, int] = {}  # segment -> file descriptor, for random reads
         self._last_fsync = time.monotonic()
 
     # --- paths -----------------------------------------------------------------------------------
@@ -140,8 +141,10 @@ class SegmentLog:
 
     def read_frame(self, segment: int, offset: int, length: int) -> bytes:
         """Random access to one frame (for data no longer cached in RAM)."""
-        with open(self.segment_path(segment), "rb") as f:
-            return os.pread(f.fileno(), length, offset)
+        fd = self._readers.get(segment)
+        if fd is None:
+            fd = self._readers[segment] = os.open(self.segment_path(segment), os.O_RDONLY)
+        return os.pread(fd, length, offset)
 
     # --- writing ---------------------------------------------------------------------------------
     def _open_for_append(self) -> None:
@@ -201,3 +204,6 @@ class SegmentLog:
     def close(self) -> None:
         if self._file is not None and not self._file.closed:
             self._seal()
+        for fd in self._readers.values():
+            os.close(fd)
+        self._readers.clear()

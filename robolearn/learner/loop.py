@@ -38,13 +38,6 @@ from robolearn.transport.wire import RejectCounter, WireError, decode
 TRANSITIONS = frozenset({"transitions"})
 
 
-def build_task_and_policy(cfg: RunConfig):
-    """The task env (for its specs) and a fresh policy for it, both picked from the registries."""
-    env = registry.lookup("task", cfg.task.name).factory(cfg.task, cfg.robot)
-    policy = registry.lookup("policy", cfg.policy.name).factory(env.observation_spec, env.action_spec, cfg.policy)
-    return env, policy
-
-
 def weights_arrays(policy: torch.nn.Module) -> dict[str, np.ndarray]:
     return {k: v.detach().cpu().numpy() for k, v in policy.state_dict().items()}
 
@@ -56,7 +49,7 @@ class Learner:
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
-        env, self.policy = build_task_and_policy(cfg)
+        env, self.policy = registry.build_task_and_policy(cfg)
         self.obs_spec, self.action_spec = env.observation_spec, env.action_spec
         env.close()
         self.algo = registry.lookup("algo", cfg.algo.name).factory(self.policy, cfg.algo, cfg.seed)

@@ -16,7 +16,7 @@ from robolearn.runtime.rundir import RunDir
 
 
 def open_run_buffer(run_dir: Path, read_only: bool = True) -> tuple[ReplayBuffer, object]:
-    from robolearn.learner.loop import build_task_and_policy  # the run's task defines the specs
+    from robolearn.registry import build_task_and_policy  # the run's task defines the specs
 
     run = RunDir(run_dir)
     if not run.config.exists():
