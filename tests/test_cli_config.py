@@ -25,6 +25,7 @@ def test_default_config_validates_to_typed_groups():
     ("runtime.num_actors", "0", "runtime.num_actors"),
     ("buffer.fsync", "sometimes", "buffer.fsync"),
     ("budget.minutes", "-1", "budget.minutes"),
+    ("runtime.host", "0.0.0.0", "runtime.host='0.0.0.0' is not a loopback"),
 ])
 def test_bad_values_name_the_key(key, value, match):
     with pytest.raises(ConfigError, match=match):

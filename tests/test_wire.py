@@ -54,3 +54,21 @@ def test_malformed_messages_are_rejected_with_a_reason(frames, reason):
         assert reason in str(err.value)
     else:
         assert "unexpected message type" in str(err.value)
+
+
+def test_non_loopback_bind_needs_curve_keys():
+    import zmq
+
+    from robolearn.transport.sockets import bind_random_port, is_loopback
+
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3")
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PULL)
+    try:
+        with pytest.raises(PermissionError, match="CurveZMQ"):
+            bind_random_port(sock, "0.0.0.0")
+        assert bind_random_port(sock, "127.0.0.1").startswith("tcp://127.0.0.1:")
+    finally:
+        sock.close(linger=0)
+        ctx.term()

@@ -25,6 +25,7 @@ from robolearn.config import RunConfig
 from robolearn.logging.status import read_json, write_json_atomic
 from robolearn.registry import register
 from robolearn.runtime.rundir import RunDir
+from robolearn.transport.sockets import is_loopback
 
 
 @dataclass
@@ -50,6 +51,9 @@ class LocalRuntimeConfig:
         for key in ("num_actors", "send_every", "learner_threads", "actor_threads"):
             if getattr(self, key) < 1:
                 raise ValueError(f"runtime.{key} must be >= 1, got {getattr(self, key)}")
+        if not is_loopback(self.host):
+            raise ValueError(f"runtime.host={self.host!r} is not a loopback address: a non-loopback bind needs "
+                             "CurveZMQ keys, which this version cannot configure yet; keep runtime.host=127.0.0.1")
         if self.prefetch_batches < 0:
             raise ValueError(f"runtime.prefetch_batches must be >= 0, got {self.prefetch_batches}")
         if self.max_steps_ahead < 0:

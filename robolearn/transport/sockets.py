@@ -28,10 +28,7 @@ def bind_random_port(sock: zmq.Socket, host: str = "127.0.0.1", curve_secret_key
     """Bind ``sock`` on ``host`` at a free port and return the endpoint to connect to."""
     if not is_loopback(host):
         if curve_secret_key is None:
-            raise PermissionError(
-                f"refusing to bind on non-loopback host {host!r} without CurveZMQ keys "
-                "(set transport.curve_secret_key, or keep transport.host=127.0.0.1)"
-            )
+            raise PermissionError(f"refusing to bind on non-loopback host {host!r} without CurveZMQ keys")
         sock.curve_secretkey = curve_secret_key
         sock.curve_server = True
     port = sock.bind_to_random_port(f"tcp://{host}")
