@@ -236,9 +236,11 @@ class Learner:
         })
 
     def checkpoint(self) -> None:
+        with self.buffer.lock:  # the prefetch thread draws from the same generator
+            replay_rng = self.buffer.rng.bit_generator.state
         state = {
             "algo": self.algo.state_dict(), "version": self.version, "env_steps": self.env_steps,
-            "replay_rng": self.buffer.rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
+            "replay_rng": replay_rng, "torch_rng": torch.get_rng_state(),
         }
         path: Path = self.run.checkpoint
         path.parent.mkdir(parents=True, exist_ok=True)
