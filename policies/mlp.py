@@ -50,14 +50,19 @@ def state_vector_spec(obs_spec: ObservationSpec):
 
 
 class ObsNormaliser(nn.Module):
-    """x -> (x - centre) / half_range, from the spec's bounds (saved with the weights)."""
+    """x -> (x - centre) / half_range, from the spec's bounds (saved with the weights).
+    An element with an infinite bound is left unscaled (centre 0, half range 1)."""
 
     def __init__(self, obs_spec: ObservationSpec) -> None:
         super().__init__()
         spec = state_vector_spec(obs_spec)
         low, high = spec.low_array(), spec.high_array()
-        self.register_buffer("centre", torch.as_tensor((low + high) / 2))
-        self.register_buffer("half_range", torch.as_tensor(np.maximum((high - low) / 2, 1e-6)))
+        finite = np.isfinite(low) & np.isfinite(high)
+        centre, half = np.zeros_like(low), np.ones_like(low)
+        centre[finite] = (low[finite] + high[finite]) / 2
+        half[finite] = np.maximum((high[finite] - low[finite]) / 2, 1e-6)
+        self.register_buffer("centre", torch.as_tensor(centre))
+        self.register_buffer("half_range", torch.as_tensor(half))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return (x - self.centre) / self.half_range

@@ -50,6 +50,7 @@ def build_task_and_policy(cfg):
 
 def load_builtins() -> None:
     # imported here, not at module top, so the core does not depend on sim/policies at import time
+    import robolearn.hardware.gym_adapter  # noqa: F401
     import robolearn.learner.sac  # noqa: F401
     import robolearn.policies.mlp  # noqa: F401
     import robolearn.runtime.local  # noqa: F401
