@@ -33,6 +33,10 @@ class GymTaskConfig:
     kwargs: dict[str, Any] = field(default_factory=dict)  # passed to gymnasium.make
     control_hz: float | None = None                        # default: the env's render_fps metadata, else 50
 
+    @property
+    def robot_type(self) -> str:
+        return self.env_id.replace("/", "_")
+
     def __post_init__(self) -> None:
         if self.env_id not in gym.registry:
             raise ValueError(f"task.env_id={self.env_id!r} is not a registered gymnasium env "
@@ -72,7 +76,7 @@ class GymRobot:
 
     def __init__(self, env: GymTaskEnv, control_hz: float) -> None:
         self._env = env
-        self.name = env.config.env_id.replace("/", "_")
+        self.name = env.config.robot_type
         self.config = GymRobotConfig(self.name, control_hz)
 
     @property

@@ -7,6 +7,7 @@ Commands:
     run      train: a learner and actor processes, until the budget is spent or Ctrl-C
     eval     run a trained policy: ``robolearn eval run_dir=runs/x episodes=20``
     buffer   ``robolearn buffer info runs/x`` | ``robolearn buffer export runs/x OUT [--only successes]``
+    resources  ``robolearn resources runs/x``: a live run's robots and sims, their health and holders
 """
 
 from __future__ import annotations
@@ -93,7 +94,13 @@ def _buffer() -> None:
     raise SystemExit(buffer_main(sys.argv[1:]))
 
 
-COMMANDS = {"run": _run, "eval": _eval, "buffer": _buffer}
+def _resources() -> None:
+    from robolearn.runtime.resources_command import main as resources_main
+
+    raise SystemExit(resources_main(sys.argv[1:]))
+
+
+COMMANDS = {"run": _run, "eval": _eval, "buffer": _buffer, "resources": _resources}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -48,6 +48,11 @@ def build_task_and_policy(cfg):
     return env, policy
 
 
+def robot_type(cfg) -> str:
+    """The resource type a run's actors lease: the task's own robot (a gymnasium env) or the robot group's."""
+    return getattr(cfg.task, "robot_type", None) or cfg.robot.name
+
+
 def load_builtins() -> None:
     # imported here, not at module top, so the core does not depend on sim/policies at import time
     import robolearn.hardware.gym_adapter  # noqa: F401

@@ -24,6 +24,9 @@ def test_killed_learner_resumes_from_checkpoint_with_its_buffer(tmp_path):
         ckpt = run / "checkpoints" / "latest.pt"
         wait_for(lambda: ckpt.exists() and ckpt.stat().st_mtime > t_updates and len(read_buffer(run)) >= 30, 60,
                  "a checkpoint after the updates, and 30 transition batches")
+        shown = robolearn(["resources", str(run)], cwd=tmp_path, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        assert "sim_so101-0" in shown.stdout and "actor-0" in shown.stdout and "ok" in shown.stdout
         pid = json.loads((run / "pids.json").read_text())["learner"]
         os.kill(pid, signal.SIGKILL)
         out, _ = proc.communicate(timeout=90)

@@ -14,6 +14,7 @@ import pytest
 import zmq
 
 from robolearn.config import to_yaml, validate
+from robolearn.hardware.resources import LeaseManager, Resource
 from robolearn.learner.loop import weights_arrays
 from robolearn.logging.status import read_json, write_json_atomic
 from robolearn.registry import build_task_and_policy
@@ -107,6 +108,8 @@ def test_actor_weights_socket_rejects_and_survives(tmp_path):
     w_port = pub.bind_to_random_port("tcp://127.0.0.1")
     write_json_atomic(run / "endpoints.json", {"transitions": f"tcp://127.0.0.1:{t_port}",
                                               "weights": f"tcp://127.0.0.1:{w_port}", "next_episode_id": 0})
+    leases = LeaseManager([Resource("sim_so101-0", "sim", "sim_so101")])
+    write_json_atomic(run / "resources.json", {"endpoint": leases.serve(), "type": "sim_so101"})
     _, policy = build_task_and_policy(cfg)
     weights = weights_arrays(policy)
     meta = {"version": 1, "updates": 0, "env_steps": 0, "allowed_env_steps": 10 ** 9}
@@ -138,5 +141,6 @@ def test_actor_weights_socket_rejects_and_survives(tmp_path):
         pull.close(linger=0)
         pub.close(linger=0)
         ctx.term()
+        leases.close()
     assert code == 0, out
     assert not (run / "PWNED").exists()

@@ -26,6 +26,7 @@ from robolearn.actor.action_queue import ActionQueue
 from robolearn.actor.weights import WeightSubscriber
 from robolearn.clock import FreeClock, RealClock
 from robolearn.config import RunConfig
+from robolearn.hardware.resources import LeaseClient
 from robolearn.logging.status import read_json, write_json_atomic
 from robolearn.registry import build_task_and_policy
 from robolearn.runtime.process import StopFlag
@@ -42,7 +43,7 @@ class Actor:
         torch.manual_seed(cfg.seed + 1000 + index)
         self.env, self.policy = build_task_and_policy(cfg)
         self.policy.eval()
-        self.robot_id = f"{self.env.robot.name}-{index}"
+        self.robot_id = ""  # the leased resource's name
         self.name = f"actor-{index}"
         self.rejects = RejectCounter()
         self.queue = ActionQueue()
@@ -81,6 +82,20 @@ class Actor:
 
     def run_forever(self) -> None:
         cfg = self.cfg
+        resources = self._wait_for("resource manager", lambda: read_json(self.run.resources),
+                                   cfg.runtime.startup_timeout_s)
+        if resources is None:
+            return
+        self.lease = LeaseClient(resources["endpoint"], self.name)
+        try:
+            self.robot_id = self.lease.acquire(self.env.robot.name, timeout_s=cfg.runtime.startup_timeout_s,
+                                               stop=lambda: bool(self.stop))[0]
+            self._act()
+        finally:
+            self.lease.close()
+
+    def _act(self) -> None:
+        cfg = self.cfg
         endpoints = self._wait_for("learner endpoints", lambda: read_json(self.run.endpoints),
                                    cfg.runtime.startup_timeout_s)
         if endpoints is None:
@@ -113,6 +128,9 @@ class Actor:
             for step in range(10**9):
                 if not cfg.runtime.realtime:
                     self._wait_for_learner()
+                if self.lease.lost.is_set():
+                    print(f"[{self.name}] lost the lease on {self.robot_id}; stopping", file=sys.stderr, flush=True)
+                    self.stop.set()
                 if self.stop:
                     break
                 if not self.queue.has(tick):
@@ -181,7 +199,7 @@ def main(run: RunDir, cfg: RunConfig, index: int) -> int:
     stop = StopFlag()
     try:
         Actor(run, cfg, index, stop).run_forever()
-    except TimeoutError as exc:
+    except (TimeoutError, LookupError) as exc:
         print(exc, file=sys.stderr, flush=True)
         return 2
     return 0

@@ -22,8 +22,9 @@ from rich.table import Table
 from rich.text import Text
 
 from robolearn.config import RunConfig
+from robolearn.hardware.resources import LeaseManager, Resource
 from robolearn.logging.status import read_json, write_json_atomic
-from robolearn.registry import register
+from robolearn.registry import register, robot_type
 from robolearn.runtime.rundir import RunDir
 from robolearn.transport.sockets import is_loopback
 
@@ -42,6 +43,7 @@ class LocalRuntimeConfig:
     actor_threads: int = 1
     prefetch_batches: int = 2     # batches the learner samples ahead on a background thread (0: inline)
     weights_heartbeat_s: float = 1.0
+    lease_ttl_s: float = 5.0      # an actor's robot lease expires this long after its last heartbeat
     status_every_s: float = 0.5
     startup_timeout_s: float = 120.0
     shutdown_timeout_s: float = 30.0
@@ -96,11 +98,15 @@ def _tail(path: Path, n: int = 15) -> str:
 def run_local(cfg: RunConfig, run: RunDir) -> dict:
     """Run until the budget is spent or Ctrl-C; return the summary (also written to summary.json)."""
     rt: LocalRuntimeConfig = cfg.runtime
-    for stale in [run.endpoints, *run.root.glob("status/*.json")]:
+    for stale in [run.endpoints, run.resources, *run.root.glob("status/*.json")]:
         stale.unlink(missing_ok=True)
     console = Console()
     t0 = time.monotonic()
     interrupted = _install_stop_signals()
+    # simulated robots are always available: one instance per actor, leased like real robots
+    kind = robot_type(cfg)
+    leases = LeaseManager([Resource(f"{kind}-{i}", "sim", kind) for i in range(rt.num_actors)], rt.lease_ttl_s)
+    write_json_atomic(run.resources, {"endpoint": leases.serve(rt.host), "type": kind})
     procs: dict[str, _Proc] = {"learner": _Proc("learner", run, ["learner", str(run.root)])}
     write_json_atomic(run.root / "pids.json", {"learner": procs["learner"].popen.pid})
     failure = ""
@@ -127,6 +133,8 @@ def run_local(cfg: RunConfig, run: RunDir) -> dict:
             if name != "learner":
                 codes[name] = proc.stop(rt.shutdown_timeout_s)
         codes["learner"] = procs["learner"].stop(rt.shutdown_timeout_s)
+        leases.close()
+        run.resources.unlink(missing_ok=True)
     summary = _summary(run, procs, time.monotonic() - t0, stop_reason, failure, codes)
     write_json_atomic(run.summary, summary)
     _print_summary(console, summary)

@@ -19,6 +19,10 @@ class RunDir:
         return self.root / "endpoints.json"
 
     @property
+    def resources(self) -> Path:
+        return self.root / "resources.json"
+
+    @property
     def buffer(self) -> Path:
         return self.root / "buffer"
 
