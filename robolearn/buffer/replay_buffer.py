@@ -214,8 +214,8 @@ class ReplayBuffer:
             return
         ep = self.episodes[self._episode_index[key]]
         table = self.tables[ep.table]
-        s = table.slot(last)
-        table.cols["truncated"][s] = True
+        if table.alive(np.array([last]))[0]:
+            table.cols["truncated"][table.slot(last)] = True
         ep.ended = ep.truncated_by_recovery = True  # its last step has no known next observation
 
     # ============================================================================================
