@@ -1,0 +1,1 @@
+"""The hardware abstraction layer: robot protocol and safety gate, resource leases, drivers (gymnasium)."""

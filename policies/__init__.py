@@ -1,0 +1,1 @@
+"""Policy models, each with a config dataclass registered by name (``policy=<name>``)."""

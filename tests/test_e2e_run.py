@@ -44,4 +44,9 @@ def test_short_run_learns_asynchronously_and_leaves_a_complete_run_dir(tmp_path)
     figures = json.loads(info.stdout)
     assert figures["steps"]["online"] == summary["env_steps"]
     assert figures["episodes_committed"] == summary["episodes"] and figures["episodes_open"] == 0
+
+    # the trained policy can be evaluated from the run directory
+    ev = robolearn(["eval", f"run_dir={run}", "episodes=3"], cwd=tmp_path, timeout=120)
+    assert ev.returncode == 0, ev.stderr
+    assert "over 3 episodes" in ev.stdout and f"policy v{summary['policy_version']}" in ev.stdout
     assert not figures["problems"]
