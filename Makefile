@@ -9,7 +9,7 @@ export MUJOCO_GL := egl
 MINUTES ?= 3
 PYTEST := $(VENV)/bin/python -m pytest
 
-.PHONY: setup run test test-all bench bench-reach bench-buffer lint clean
+.PHONY: setup run test test-all bench bench-reach bench-buffer bench-experts lint clean
 
 setup: $(VENV)/.installed
 
@@ -39,7 +39,10 @@ bench-reach: setup
 bench-buffer: setup
 	$(VENV)/bin/python benchmarks/buffer.py $(ARGS)
 
-bench: bench-reach bench-buffer
+bench-experts: setup
+	$(VENV)/bin/python benchmarks/experts.py $(ARGS)
+
+bench: bench-reach bench-buffer bench-experts
 
 lint: setup
 	$(VENV)/bin/ruff check robolearn hardware sim policies apps tests benchmarks

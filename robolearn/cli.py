@@ -6,6 +6,7 @@ Hydra has no subcommands, so the command is taken from argv and the rest is hand
 Commands:
     run      train: a learner and actor processes, until the budget is spent or Ctrl-C
     eval     run a trained policy: ``robolearn eval run_dir=runs/x episodes=20``
+    record   scripted-expert demos as a LeRobotDataset: ``robolearn record task=reach episodes=20 out=demos/x``
     buffer   ``robolearn buffer info runs/x`` | ``robolearn buffer export runs/x OUT [--only successes]``
     resources  ``robolearn resources runs/x``: a live run's robots and sims, their health and holders
 """
@@ -88,6 +89,26 @@ def _eval(cfg: DictConfig) -> None:
           f"(mean return {result['mean_return']:.2f}, policy v{result['policy_version']})")
 
 
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="record")
+def _record(cfg: DictConfig) -> None:
+    from robolearn.config import typed_group
+    from robolearn.record import record
+    from robolearn.registry import lookup
+
+    try:
+        task, robot = typed_group(cfg, "task"), typed_group(cfg, "robot")
+        if cfg.episodes < 1:
+            raise ConfigError(f"config error at 'episodes': must be >= 1, got {cfg.episodes}")
+        env = lookup("task", task.name).factory(task, robot)
+        result = record(env, cfg.episodes, Path(cfg.out), cfg.repo_id, fps=round(env.robot.config.control_hz),
+                        seed=cfg.seed, task=task.name)
+    except (ConfigError, FileExistsError, NotImplementedError) as exc:
+        _fail(str(exc))
+    env.close()
+    print(f"recorded {result.episodes} episodes ({result.frames} frames, expert success "
+          f"{result.successes / result.episodes:.0%}) to {result.root}")
+
+
 def _buffer() -> None:
     from robolearn.buffer.commands import main as buffer_main
 
@@ -100,7 +121,7 @@ def _resources() -> None:
     raise SystemExit(resources_main(sys.argv[1:]))
 
 
-COMMANDS = {"run": _run, "eval": _eval, "buffer": _buffer, "resources": _resources}
+COMMANDS = {"run": _run, "eval": _eval, "record": _record, "buffer": _buffer, "resources": _resources}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -87,20 +87,24 @@ def _typed(schema: type, values: Any, where: str) -> Any:
         raise ConfigError(f"config error: {exc}") from None
 
 
+def typed_group(cfg: DictConfig | dict, group: str) -> Any:
+    """One config group (task, robot, ...) as its registered dataclass; ``ConfigError`` names what is wrong."""
+    container = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=True)
+    section = container.get(group)
+    if not isinstance(section, dict) or "name" not in section:
+        raise ConfigError(f"config group '{group}' is missing or has no 'name'")
+    try:
+        entry = registry.lookup(group, section["name"])
+    except KeyError as exc:
+        raise ConfigError(f"config error at '{group}.name': {exc.args[0]}") from None
+    return _typed(entry.config_cls, section, group)
+
+
 def validate(cfg: DictConfig | dict) -> RunConfig:
     """Turn a composed config into a ``RunConfig``; raise ``ConfigError`` naming what is wrong."""
     container = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(container, dict)
-    groups: dict[str, Any] = {}
-    for group in registry.GROUPS:
-        section = container.get(group)
-        if not isinstance(section, dict) or "name" not in section:
-            raise ConfigError(f"config group '{group}' is missing or has no 'name'")
-        try:
-            entry = registry.lookup(group, section["name"])
-        except KeyError as exc:
-            raise ConfigError(f"config error at '{group}.name': {exc.args[0]}") from None
-        groups[group] = _typed(entry.config_cls, section, group)
+    groups = {group: typed_group(container, group) for group in registry.GROUPS}
     top = {k: v for k, v in container.items() if k not in registry.GROUPS and k != "hydra"}
     top_typed = _typed(TopLevel, top, "")
     return RunConfig(**{k: getattr(top_typed, k) for k in TopLevel.__dataclass_fields__}, **groups)

@@ -35,8 +35,13 @@ class ReachConfig:
     target_high: list[float] = field(default_factory=lambda: [0.28, 0.15, 0.24])   # m
     home_deg: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0, 0.0, 50.0])
     home_noise_deg: float = 5.0
+    cameras: list[str] = field(default_factory=list)  # any of "front", "wrist": uint8 images in the observation
+    camera_size: int = 96                              # square images, pixels
 
     def __post_init__(self) -> None:
+        unknown = set(self.cameras) - {"front", "wrist"}
+        if unknown:
+            raise ValueError(f"task.cameras: unknown camera(s) {sorted(unknown)}; available: front, wrist")
         if self.episode_ticks < 1:
             raise ValueError(f"task.episode_ticks must be >= 1, got {self.episode_ticks}")
         if self.success_radius <= 0:
@@ -75,19 +80,35 @@ class ReachEnv(gym.Env):
         ))
         rs = self.robot.observation_spec.arrays["state"]
         lo, hi = self.task.target_low, self.task.target_high
+        size = self.task.camera_size
         self.observation_spec = ObservationSpec({"state": ArraySpec(
             (18,), unit="deg, deg/s, m, m",
             names=rs.names + ("tip.x", "tip.y", "tip.z", "target.x", "target.y", "target.z"),
             low=rs.low + (-0.45, -0.45, -0.05) + tuple(lo),
             high=rs.high + (0.45, 0.45, 0.5) + tuple(hi),
-        )})
-        self.observation_space = gym.spaces.Dict({"state": gym.spaces.Box(-np.inf, np.inf, (18,), np.float32)})
+        ), **{cam: ArraySpec((size, size, 3), dtype="uint8", unit="RGB") for cam in self.task.cameras}})
+        self.observation_space = gym.spaces.Dict({
+            "state": gym.spaces.Box(-np.inf, np.inf, (18,), np.float32),
+            **{cam: gym.spaces.Box(0, 255, (size, size, 3), np.uint8) for cam in self.task.cameras}})
         self.action_space = gym.spaces.Box(-d, d, (6,), np.float32)
 
     def _obs(self) -> dict[str, np.ndarray]:
         state = self.robot.get_observation()["state"]
         tip = self.robot.data.site_xpos[self._tip]
-        return {"state": np.concatenate([state, tip, self._target]).astype(np.float32)}
+        obs = {"state": np.concatenate([state, tip, self._target]).astype(np.float32)}
+        for cam in self.task.cameras:
+            obs[cam] = self.render(cam)
+        return obs
+
+    def expert_action(self) -> np.ndarray:
+        """The scripted expert: a damped least-squares step of the tip toward the target (deg per tick),
+        from the simulator's own kinematics (privileged state a real robot would not have)."""
+        m, d = self.robot.model, self.robot.data
+        jac = np.zeros((3, m.nv))
+        mujoco.mj_jacSite(m, d, jac, None, self._tip)
+        j = jac[:, self.robot.arm_dof_indices]
+        dq = j.T @ np.linalg.solve(j @ j.T + 1e-4 * np.eye(3), self._target - d.site_xpos[self._tip])
+        return self.action_spec.clip(np.concatenate([np.degrees(dq), [0.0]]).astype(np.float32))
 
     def tip_distance(self) -> float:
         return float(np.linalg.norm(self.robot.data.site_xpos[self._tip] - self._target))
@@ -115,11 +136,12 @@ class ReachEnv(gym.Env):
         truncated = (not success) and self._tick >= self.task.episode_ticks
         return self._obs(), float(reward), bool(success), bool(truncated), {"success": success, "distance": dist}
 
-    def render(self):
+    def render(self, camera: str = "front") -> np.ndarray:
+        """An RGB frame (camera_size x camera_size, uint8) from the named camera."""
         if self._renderer is None:
-            self._renderer = mujoco.Renderer(self.robot.model, 96, 96)
-        self._renderer.update_scene(self.robot.data, camera="front")
-        return self._renderer.render()
+            self._renderer = mujoco.Renderer(self.robot.model, self.task.camera_size, self.task.camera_size)
+        self._renderer.update_scene(self.robot.data, camera=camera)
+        return self._renderer.render().copy()
 
     def close(self) -> None:
         if self._renderer is not None:

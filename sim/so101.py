@@ -51,6 +51,7 @@ class SimSO101:
         self._qpos_idx = np.array([self.model.jnt_qposadr[self.model.joint(j).id] for j in JOINTS])
         self._qvel_idx = np.array([self.model.jnt_dofadr[self.model.joint(j).id] for j in JOINTS])
         self._act_idx = np.array([self.model.actuator(j).id for j in JOINTS])
+        self.arm_dof_indices = self._qvel_idx[:5]  # the arm's degrees of freedom (no gripper), for kinematics
         ranges = self.model.jnt_range[[self.model.joint(j).id for j in JOINTS]]
         self._rad_low, self._rad_high = ranges[:, 0].copy(), ranges[:, 1].copy()
         low = np.concatenate([np.degrees(self._rad_low[:5]), [0.0]])

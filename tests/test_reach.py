@@ -1,21 +1,10 @@
 import gymnasium as gym
-import mujoco
 import numpy as np
 import pytest
 
 import robolearn.sim  # noqa: F401  (registers the gymnasium env)
 from robolearn.hardware.robot import Robot, UnsafeActionError
 from robolearn.sim.reach import ReachConfig, ReachEnv
-
-
-def ik_action(env: ReachEnv) -> np.ndarray:
-    """A damped least-squares step of the tip toward the target (deg)."""
-    m, d = env.robot.model, env.robot.data
-    jac = np.zeros((3, m.nv))
-    mujoco.mj_jacSite(m, d, jac, None, env._tip)
-    j = jac[:, env.robot._qvel_idx[:5]]
-    dq = j.T @ np.linalg.solve(j @ j.T + 1e-4 * np.eye(3), env._target - d.site_xpos[env._tip])
-    return np.clip(np.concatenate([np.degrees(dq), [0.0]]), -6, 6).astype(np.float32)
 
 
 def test_sim_robot_matches_lerobot_so101_follower_names_and_units():
@@ -46,7 +35,7 @@ def test_scripted_reach_succeeds_and_terminates_within_2cm():
     for seed in range(10):
         env.reset(seed=seed)
         for _ in range(100):
-            _, reward, terminated, truncated, info = env.step(ik_action(env))
+            _, reward, terminated, truncated, info = env.step(env.expert_action())
             if terminated or truncated:
                 break
         successes += info["success"]
@@ -85,3 +74,13 @@ def test_registered_gymnasium_env_and_camera_frame():
     frame = env.unwrapped.render()
     assert frame.shape == (96, 96, 3) and frame.dtype == np.uint8 and frame.std() > 0
     env.close()
+
+
+def test_optional_front_and_wrist_cameras_are_uint8_observations():
+    env = ReachEnv(ReachConfig(cameras=["front", "wrist"], camera_size=64))
+    obs, _ = env.reset(seed=0)
+    env.observation_spec.validate(obs)
+    assert obs["front"].shape == obs["wrist"].shape == (64, 64, 3)
+    assert not np.array_equal(obs["front"], obs["wrist"]) and obs["wrist"].std() > 0
+    with pytest.raises(ValueError, match="unknown camera"):
+        ReachConfig(cameras=["top"])

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from robolearn.buffer.replay_buffer import ReplayBuffer, is_image
-from robolearn.specs import ArraySpec, ObservationSpec, SpecError
+from robolearn.specs import ActionSpec, ArraySpec, ObservationSpec, SpecError
 from robolearn.transition import OBS_PREFIX, ActionSource, TransitionWriter
 
 
@@ -37,21 +37,32 @@ def obs_key_of(feature: str) -> str | None:
     return None
 
 
-def lerobot_features(buffer: ReplayBuffer) -> dict:
+def lerobot_features(obs_spec: ObservationSpec, action_spec: ActionSpec) -> dict:
+    """The LeRobotDataset features of transitions with these specs."""
     feats = {}
-    for key, spec in buffer.obs_spec.arrays.items():
+    for key, spec in obs_spec.arrays.items():
         if is_image(spec):
             feats[feature_name(key, spec)] = {"dtype": "image", "shape": tuple(spec.shape),
                                               "names": ["height", "width", "channel"]}
         else:
             feats[feature_name(key, spec)] = {"dtype": spec.dtype, "shape": tuple(spec.shape),
                                               "names": list(spec.names) or None}
-    a = buffer.action_spec.array
+    a = action_spec.array
     feats["action"] = {"dtype": "float32", "shape": tuple(a.shape), "names": list(a.names) or None}
     for name, dtype in (("next.reward", "float32"), ("next.done", "bool"), ("next.success", "bool"),
                         ("complementary_info.is_intervention", "bool")):
         feats[name] = {"dtype": dtype, "shape": (1,), "names": None}
     return feats
+
+
+def lerobot_frame(obs_spec: ObservationSpec, obs: dict[str, np.ndarray], action: np.ndarray, reward: float,
+                  done: bool, success: bool, intervention: bool, task: str) -> dict:
+    """One ``LeRobotDataset.add_frame`` dict for a step."""
+    frame = {feature_name(k, s): obs[k] for k, s in obs_spec.arrays.items()}
+    frame.update({"action": np.asarray(action, np.float32), "next.reward": np.array([reward], np.float32),
+                  "next.done": np.array([done]), "next.success": np.array([success]),
+                  "complementary_info.is_intervention": np.array([intervention]), "task": task})
+    return frame
 
 
 def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
@@ -71,24 +82,18 @@ def export_lerobot(buffer: ReplayBuffer, root: str | Path, repo_id: str = "robol
         raise ValueError(f"only must be None, 'successes' or 'interventions', got {only!r}")
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    ds = LeRobotDataset.create(repo_id, fps=fps, features=lerobot_features(buffer), root=root, use_videos=False)
+    ds = LeRobotDataset.create(repo_id, fps=fps, features=lerobot_features(buffer.obs_spec, buffer.action_spec),
+                               root=root, use_videos=False)
     count = 0
     for ep, d in buffer.iter_episodes(successes_only=only == "successes"):
         n = len(d["action"])
         pieces = _runs(d["intervention"]) if only == "interventions" else [(0, n)]
         for start, end in pieces:
             for i in range(start, end):
-                last = i == n - 1
-                frame = {feature_name(k, s): d[f"{OBS_PREFIX}{k}"][i] for k, s in buffer.obs_spec.arrays.items()}
-                frame.update({
-                    "action": d["action"][i].astype(np.float32),
-                    "next.reward": np.array([d["reward"][i]], np.float32),
-                    "next.done": np.array([bool(d["terminated"][i])]),
-                    "next.success": np.array([bool(last and ep.success)]),
-                    "complementary_info.is_intervention": np.array([bool(d["intervention"][i])]),
-                    "task": task,
-                })
-                ds.add_frame(frame)
+                obs = {k: d[f"{OBS_PREFIX}{k}"][i] for k in buffer.obs_spec.arrays}
+                ds.add_frame(lerobot_frame(buffer.obs_spec, obs, d["action"][i], float(d["reward"][i]),
+                                           bool(d["terminated"][i]), bool(i == n - 1 and ep.success),
+                                           bool(d["intervention"][i]), task))
             ds.save_episode()
             count += 1
     ds.finalize()
