@@ -122,6 +122,7 @@ class Actor:
         last_status = 0.0
         while not self.stop:
             obs, _ = self.env.reset(seed=cfg.seed * 1_000_003 + episode_id)
+            t_obs = time.time()  # when the current observation was taken
             writer = TransitionWriter(self.env.observation_spec)
             self.queue.clear()
             clock.reset()
@@ -149,13 +150,12 @@ class Actor:
                     action = item.action
                     item_fields = dict(policy_version=item.policy_version, chunk_id=item.chunk_id,
                                        chunk_index=item.chunk_index, delay_ticks=item.delay_ticks)
-                t_obs = time.time()
+                t_act = time.time()
                 next_obs, reward, terminated, truncated, info = self.env.step(action)
                 writer.add(obs, action, action_source=ActionSource.POLICY, intervention=False, reward=reward,
                            terminated=terminated, truncated=truncated, success=bool(info.get("success", False)),
-                           episode_id=episode_id, step=step, tick=tick, t_obs=t_obs, t_act=time.time(),
-                           **item_fields)
-                obs = next_obs
+                           episode_id=episode_id, step=step, tick=tick, t_obs=t_obs, t_act=t_act, **item_fields)
+                obs, t_obs = next_obs, time.time()
                 tick += 1
                 self.env_steps += 1
                 self._steps_since_meta += 1

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import os
+import queue
 import random
 import sys
 import time
@@ -149,7 +150,10 @@ class Learner:
             self._ingest(pull, max_messages=256)
             due = algo_cfg.utd_ratio * (self.env_steps - algo_cfg.learning_starts)
             if self.algo.num_updates < due and self.env_steps >= algo_cfg.batch_size:
-                batch = prefetch.get() if prefetch else self._sample()
+                try:
+                    batch = prefetch.get(timeout=0.5) if prefetch else self._sample()
+                except (queue.Empty, RuntimeError):  # nothing sampleable yet: keep ingesting, watch the stop flag
+                    continue
                 metrics = self.algo.update(batch)
                 if self.algo.num_updates % algo_cfg.publish_every == 0:
                     self.version += 1
