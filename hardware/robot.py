@@ -52,3 +52,33 @@ def safe_action(action: np.ndarray, spec: ActionSpec) -> np.ndarray:
     if not np.all(np.isfinite(action)):
         raise UnsafeActionError(f"non-finite action {action.tolist()}")
     return spec.clip(action)
+
+
+def joint_unit(units: list[str], per_second: bool = False) -> str:
+    """One unit string for a joint vector, e.g. 'deg (x5), 0..100 (x1)'; velocities get '/s'."""
+    runs: list[list] = []
+    for u in units:
+        u = f"{u}/s" if per_second else u
+        if runs and runs[-1][0] == u:
+            runs[-1][1] += 1
+        else:
+            runs.append([u, 1])
+    return ", ".join(f"{u} (x{n})" for u, n in runs)
+
+
+def joint_specs(joints: list[str], units: list[str], low: list[float], high: list[float],
+                max_speed: float = 360.0) -> tuple[ObservationSpec, ActionSpec]:
+    """The specs of a position-controlled arm: observation ``state`` = joint positions then velocities,
+    action = joint position targets. Real drivers and their sim twins build theirs here, so one policy
+    config runs on either."""
+    from robolearn.specs import ArraySpec
+
+    n = len(joints)
+    action = ActionSpec(ArraySpec((n,), unit=joint_unit(units), names=tuple(f"{j}.pos" for j in joints),
+                                  low=tuple(float(x) for x in low), high=tuple(float(x) for x in high)))
+    obs = ObservationSpec({"state": ArraySpec(
+        (2 * n,), unit=f"{joint_unit(units)}; {joint_unit(units, per_second=True)}",
+        names=tuple(f"{j}.pos" for j in joints) + tuple(f"{j}.vel" for j in joints),
+        low=tuple(float(x) for x in low) + (-max_speed,) * n, high=tuple(float(x) for x in high) + (max_speed,) * n,
+    )})
+    return obs, action

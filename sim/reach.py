@@ -63,6 +63,9 @@ class ReachEnv(gym.Env):
     def __init__(self, task: ReachConfig | None = None, robot: SimSO101Config | None = None,
                  render_mode: str | None = None) -> None:
         self.task = task or ReachConfig()
+        if robot is not None and not isinstance(robot, SimSO101Config):
+            raise ValueError(f"task=reach runs in simulation and needs robot=sim_so101, got robot={robot.name} "
+                             "(a real-robot reach task needs a target and reward source, not built yet)")
         self.robot = SimSO101(robot or SimSO101Config())
         self.robot.connect()
         m = self.robot.model

@@ -15,11 +15,12 @@ from importlib import resources
 import mujoco
 import numpy as np
 
-from robolearn.hardware.robot import safe_action
+from robolearn.hardware.robot import joint_specs, safe_action
 from robolearn.registry import register
-from robolearn.specs import ActionSpec, ArraySpec, ObservationSpec
+from robolearn.specs import ActionSpec, ObservationSpec
 
 JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
+UNITS = ["deg"] * 5 + ["0..100"]  # lerobot's so101_follower with use_degrees=True
 ARM_JOINTS = JOINTS[:5]
 
 
@@ -56,19 +57,7 @@ class SimSO101:
         self._rad_low, self._rad_high = ranges[:, 0].copy(), ranges[:, 1].copy()
         low = np.concatenate([np.degrees(self._rad_low[:5]), [0.0]])
         high = np.concatenate([np.degrees(self._rad_high[:5]), [100.0]])
-        self._action_spec = ActionSpec(
-            ArraySpec((6,), unit="deg (arm), 0..100 (gripper)", names=tuple(f"{j}.pos" for j in JOINTS),
-                      low=tuple(float(x) for x in low), high=tuple(float(x) for x in high))
-        )
-        vel_limit = 360.0
-        self._obs_spec = ObservationSpec({
-            "state": ArraySpec(
-                (12,), unit="deg, deg/s",
-                names=tuple(f"{j}.pos" for j in JOINTS) + tuple(f"{j}.vel" for j in JOINTS),
-                low=tuple(float(x) for x in low) + (-vel_limit,) * 6,
-                high=tuple(float(x) for x in high) + (vel_limit,) * 6,
-            )
-        })
+        self._obs_spec, self._action_spec = joint_specs(list(JOINTS), UNITS, low.tolist(), high.tolist())
         self._connected = False
 
     # --- units -----------------------------------------------------------------------------------

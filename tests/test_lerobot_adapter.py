@@ -1,0 +1,74 @@
+"""lerobot's real SO-101 follower class, over a fake serial port with Feetech servos, as a HAL robot."""
+
+import numpy as np
+import pytest
+import scservo_sdk.port_handler
+
+from robolearn.hardware.lerobot_robot import LerobotRobot, LerobotRobotConfig
+from robolearn.hardware.robot import Robot, UnsafeActionError
+from robolearn.sim.so101 import SimSO101, SimSO101Config
+from tests.fake_feetech import ADDR_GOAL, FakeSerial, FakeServos
+
+
+@pytest.fixture
+def servos(monkeypatch):
+    servos = FakeServos(ids=[1, 2, 3, 4, 5, 6])
+    # only the serial port is fake: the Feetech SDK and lerobot's bus and robot code run for real
+    monkeypatch.setattr(scservo_sdk.port_handler.serial, "Serial", lambda **kw: FakeSerial(servos, **kw))
+    return servos
+
+
+def _calibrated_robot(tmp_path) -> LerobotRobot:
+    from lerobot.motors import MotorCalibration
+
+    robot = LerobotRobot(LerobotRobotConfig(port="/dev/fake-ttyACM0", calibration_dir=str(tmp_path)))
+    calibration = {name: MotorCalibration(id=m.id, drive_mode=0, homing_offset=0, range_min=0, range_max=4095)
+                   for name, m in robot.robot.bus.motors.items()}
+    robot.robot.calibration = calibration
+    robot.robot.bus.calibration = calibration
+    robot.robot._save_calibration()
+    return LerobotRobot(LerobotRobotConfig(port="/dev/fake-ttyACM0", calibration_dir=str(tmp_path)))
+
+
+def test_so101_follower_reads_and_moves_through_the_fake_bus(servos, tmp_path):
+    robot = _calibrated_robot(tmp_path)
+    assert isinstance(robot, Robot)
+    robot.connect()
+    try:
+        obs = robot.get_observation()
+        robot.observation_spec.validate(obs)
+        np.testing.assert_allclose(obs["state"][:5], 0.0, atol=0.1)  # raw 2048: the middle of the range
+        target = np.array([30.0, -20.0, 45.0, 10.0, -90.0, 60.0], np.float32)
+        sent = robot.send_action(target)
+        np.testing.assert_allclose(sent, target, atol=1e-4)
+        obs = robot.get_observation()
+        np.testing.assert_allclose(obs["state"][:6], target, atol=0.2)  # read back through the real decoder
+        assert abs(servos.position(1) - (2047.5 + 30.0 / 360 * 4096)) <= 1
+        with pytest.raises(UnsafeActionError):
+            robot.send_action(np.full(6, np.nan, np.float32))
+        clipped = robot.send_action(np.array([500.0, 0, 0, 0, 0, 150.0], np.float32))
+        assert clipped[0] <= robot.action_spec.array.high[0] + 1e-3 and clipped[5] <= 100.0 + 1e-3
+        assert int.from_bytes(servos.mem[6][ADDR_GOAL:ADDR_GOAL + 2], "little") <= 4095
+    finally:
+        robot.disconnect()
+    assert servos.packets > 20
+
+
+def test_sim_twin_and_real_robot_expose_identical_names_shapes_and_units(servos, tmp_path):
+    real, sim = _calibrated_robot(tmp_path), SimSO101(SimSO101Config())
+    for a, b in ((real.action_spec.array, sim.action_spec.array),
+                 (real.observation_spec.arrays["state"], sim.observation_spec.arrays["state"])):
+        assert (a.names, a.shape, a.dtype, a.unit) == (b.names, b.shape, b.dtype, b.unit)
+    assert set(real.observation_spec.arrays) == set(sim.observation_spec.arrays) == {"state"}
+
+
+def test_unknown_lerobot_robot_type_is_named():
+    with pytest.raises(ValueError, match="so999_follower"):
+        LerobotRobot(LerobotRobotConfig(type="so999_follower"))
+
+
+def test_sim_task_refuses_a_real_robot_config():
+    from robolearn.sim.reach import ReachEnv
+
+    with pytest.raises(ValueError, match="robot=sim_so101"):
+        ReachEnv(robot=LerobotRobotConfig())
