@@ -37,18 +37,23 @@ class LerobotRobotConfig:
     control_hz: float = 25.0
 
 
+def import_device_modules(package) -> None:
+    """Import lerobot's device subpackages (robots, teleoperators): their configs register on import."""
+    for mod in pkgutil.iter_modules(package.__path__):
+        if mod.ispkg:
+            try:
+                importlib.import_module(f"{package.__name__}.{mod.name}")
+            except ImportError:  # a device whose optional dependencies are not installed
+                pass
+
+
 def make_lerobot_robot(config: LerobotRobotConfig):
     """lerobot's own robot object for ``config.type`` (not connected)."""
     import lerobot.robots
     from lerobot.robots import RobotConfig
     from lerobot.robots.utils import make_robot_from_config
 
-    for mod in pkgutil.iter_modules(lerobot.robots.__path__):  # robot configs register when imported
-        if mod.ispkg:
-            try:
-                importlib.import_module(f"lerobot.robots.{mod.name}")
-            except ImportError:  # a robot whose optional dependencies are not installed
-                pass
+    import_device_modules(lerobot.robots)
     try:
         cfg_cls = RobotConfig.get_choice_class(config.type)
     except KeyError:

@@ -62,6 +62,19 @@ def port_probe(port: str) -> Callable[[], bool]:
     return probe
 
 
+def resources_for(robot_config, robot_type: str, count: int) -> list[Resource]:
+    """A run's resources from its robot config plus probes: a simulator is always available (one instance
+    per actor); a lerobot robot is one resource, healthy while its serial port opens, plus the cameras
+    lerobot's discovery finds."""
+    port = getattr(robot_config, "port", None)
+    if port is None:
+        return [Resource(f"{robot_type}-{i}", "sim", robot_type) for i in range(count)]
+    from robolearn.hardware.teleop import discover_cameras
+
+    cams = [Resource(c["name"], "camera", "opencv") for c in discover_cameras()]
+    return [Resource(f"{robot_type}-0", "robot", robot_type, probe=port_probe(port)), *cams]
+
+
 @dataclass
 class _Lease:
     lease_id: str

@@ -72,3 +72,28 @@ def test_sim_task_refuses_a_real_robot_config():
 
     with pytest.raises(ValueError, match="robot=sim_so101"):
         ReachEnv(robot=LerobotRobotConfig())
+
+
+def test_so101_leader_arm_is_a_hal_teleop_over_the_fake_bus(servos, tmp_path):
+    from lerobot.motors import MotorCalibration
+
+    from robolearn.hardware.teleop import LerobotTeleop, LerobotTeleopConfig, Teleop, TeleopEvent
+    from robolearn.sim.so101 import JOINTS
+
+    cfg = LerobotTeleopConfig(type="so101_leader", port="/dev/fake-ttyACM1", calibration_dir=str(tmp_path))
+    teleop = LerobotTeleop(cfg, list(JOINTS))
+    assert isinstance(teleop, Teleop)
+    calibration = {name: MotorCalibration(id=m.id, drive_mode=0, homing_offset=0, range_min=0, range_max=4095)
+                   for name, m in teleop.device.bus.motors.items()}
+    teleop.device.calibration = teleop.device.bus.calibration = calibration
+    servos.mem[2][56:58] = (2048 + 512).to_bytes(2, "little")  # a human moves the leader's shoulder_lift
+    teleop.connect()
+    try:
+        first = teleop.read()
+        assert first.intervening and first.events == {TeleopEvent.INTERVENTION_ON}
+        assert first.action.shape == (6,) and first.action[1] == pytest.approx(45.0, abs=0.2)
+        assert teleop.read().events == set()  # on/off are edges, not levels
+    finally:
+        teleop.disconnect()
+    with pytest.raises(ValueError, match="no_such_leader"):
+        LerobotTeleop(LerobotTeleopConfig(type="no_such_leader"), list(JOINTS))

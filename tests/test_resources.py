@@ -88,3 +88,20 @@ def test_killed_actor_loses_its_lease_within_the_timeout_and_another_takes_the_r
         holder.kill()
         other.close()
         m.close()
+
+
+def test_resources_come_from_the_robot_config_and_probes(tmp_path):
+    from robolearn.hardware.lerobot_robot import LerobotRobotConfig
+    from robolearn.hardware.resources import resources_for
+    from robolearn.sim.so101 import SimSO101Config
+
+    sims = resources_for(SimSO101Config(), "sim_so101", 3)
+    assert [(r.name, r.kind) for r in sims] == [("sim_so101-0", "sim"), ("sim_so101-1", "sim"), ("sim_so101-2", "sim")]
+    port = tmp_path / "ttyACM0"
+    real = resources_for(LerobotRobotConfig(port=str(port)), "so101", 1)
+    assert real[0].kind == "robot" and all(r.kind == "camera" for r in real[1:])  # no cameras on this machine
+    m = LeaseManager(real, probe_every_s=0.0)
+    assert "queued" in m.request("a", Requirement("so101"))  # no serial port: not handed out
+    assert m.status()[0]["healthy"] is False
+    port.write_bytes(b"")
+    assert m.request("a", Requirement("so101"))["granted"] == ["so101-0"]

@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from robolearn.config import RunConfig
-from robolearn.hardware.resources import LeaseManager, Resource
+from robolearn.hardware.resources import LeaseManager, resources_for
 from robolearn.logging.status import read_json, write_json_atomic
 from robolearn.registry import register, robot_type
 from robolearn.runtime.rundir import RunDir
@@ -103,9 +103,8 @@ def run_local(cfg: RunConfig, run: RunDir) -> dict:
     console = Console()
     t0 = time.monotonic()
     interrupted = _install_stop_signals()
-    # simulated robots are always available: one instance per actor, leased like real robots
     kind = robot_type(cfg)
-    leases = LeaseManager([Resource(f"{kind}-{i}", "sim", kind) for i in range(rt.num_actors)], rt.lease_ttl_s)
+    leases = LeaseManager(resources_for(cfg.robot, kind, rt.num_actors), rt.lease_ttl_s)
     write_json_atomic(run.resources, {"endpoint": leases.serve(rt.host), "type": kind})
     procs: dict[str, _Proc] = {"learner": _Proc("learner", run, ["learner", str(run.root)])}
     write_json_atomic(run.root / "pids.json", {"learner": procs["learner"].popen.pid})
