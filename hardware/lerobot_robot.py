@@ -47,18 +47,24 @@ def import_device_modules(package) -> None:
                 pass
 
 
+def lerobot_config_class(base, package, type_name: str, key: str):
+    """The lerobot config class registered as ``type_name`` under ``base`` (RobotConfig, TeleoperatorConfig);
+    a ValueError naming ``key`` and the known types otherwise."""
+    import_device_modules(package)
+    try:
+        return base.get_choice_class(type_name)
+    except KeyError:
+        raise ValueError(f"{key}={type_name!r} is not a lerobot {package.__name__.split('.')[-1]} type; "
+                         f"known: {sorted(base.get_known_choices())}") from None
+
+
 def make_lerobot_robot(config: LerobotRobotConfig):
     """lerobot's own robot object for ``config.type`` (not connected)."""
     import lerobot.robots
     from lerobot.robots import RobotConfig
     from lerobot.robots.utils import make_robot_from_config
 
-    import_device_modules(lerobot.robots)
-    try:
-        cfg_cls = RobotConfig.get_choice_class(config.type)
-    except KeyError:
-        raise ValueError(f"robot.type={config.type!r} is not a lerobot robot type; known: "
-                         f"{sorted(RobotConfig.get_known_choices())}") from None
+    cfg_cls = lerobot_config_class(RobotConfig, lerobot.robots, config.type, "robot.type")
     kwargs = {"port": config.port, "id": config.id}
     if config.calibration_dir:
         kwargs["calibration_dir"] = Path(config.calibration_dir)

@@ -16,7 +16,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from robolearn.hardware.lerobot_robot import import_device_modules
+from robolearn.hardware.lerobot_robot import lerobot_config_class
 
 
 class TeleopEvent(StrEnum):
@@ -74,12 +74,7 @@ class LerobotTeleop:
         from lerobot.teleoperators import TeleoperatorConfig
         from lerobot.teleoperators.utils import make_teleoperator_from_config
 
-        import_device_modules(lerobot.teleoperators)
-        try:
-            cls = TeleoperatorConfig.get_choice_class(config.type)
-        except KeyError:
-            raise ValueError(f"teleop.type={config.type!r} is not a lerobot teleoperator; known: "
-                             f"{sorted(TeleoperatorConfig.get_known_choices())}") from None
+        cls = lerobot_config_class(TeleoperatorConfig, lerobot.teleoperators, config.type, "teleop.type")
         kwargs = {"id": config.id}
         if config.port is not None and "port" in cls.__dataclass_fields__:
             kwargs["port"] = config.port
