@@ -80,7 +80,7 @@ def test_killed_actor_loses_its_lease_within_the_timeout_and_another_takes_the_r
         holder.kill()
         t0 = time.monotonic()
         assert other.acquire("sim_so101", timeout_s=10) == ["sim-0"]
-        assert time.monotonic() - t0 <= 1.5 + 0.5
+        assert time.monotonic() - t0 <= 1.5 + 1.0  # the TTL, plus polling and scheduling slack
         assert {r["name"]: r["holder"] for r in m.status()} == {"sim-0": "actor-1"}
         other.release()
         assert {r["name"]: r["holder"] for r in m.status()} == {"sim-0": None}
