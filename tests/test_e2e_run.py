@@ -17,36 +17,39 @@ def test_short_run_learns_asynchronously_and_leaves_a_complete_run_dir(tmp_path)
     assert "robolearn run summary" in r.stdout
     run = tmp_path / "runs" / "e2e"
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["ok"] and summary["stopped_because"].startswith("time budget")
+    logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted((run / "logs").glob("*.log")))
+    context = f"summary: {summary}\n{logs}"  # shown if an assertion below fails
+    assert summary["ok"] and summary["stopped_because"].startswith("time budget"), context
 
     # the actor swapped in at least two weight versions, and transitions carry them
-    assert summary["actors"][0]["versions_received"] >= 2
+    assert summary["actors"][0]["versions_received"] >= 2, context
     batches = read_buffer(run)
     versions = np.concatenate([b["policy_version"] for b in batches])
-    assert len(set(versions.tolist())) >= 2 and versions.min() >= 1
-    assert np.all(np.diff(versions) >= 0)  # a single actor never goes back to older weights
+    assert len(set(versions.tolist())) >= 2 and versions.min() >= 1, context
+    assert np.all(np.diff(versions) >= 0), context  # a single actor never goes back to older weights
     # every step the learner counted is on disk
-    assert sum(len(b["action"]) for b in batches) == summary["env_steps"] > 0
-    assert summary["updates"] > 0
+    assert sum(len(b["action"]) for b in batches) == summary["env_steps"] > 0, context
+    assert summary["updates"] > 0, context
 
     # the rerun recording holds the per-tick robot data and the learner losses
     out = subprocess.run([str(BIN / "rerun"), "rrd", "print", "-v", str(run / "run.rrd")], capture_output=True,
                          text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 0, out.stderr + context
     for entity in ("/robot/sim_so101-0/observation/state", "/robot/sim_so101-0/action",
                    "/robot/sim_so101-0/reward", "/learner/critic_loss", "/learner/actor_loss", "/learner/alpha"):
-        assert entity in out.stdout, f"{entity} missing from run.rrd"
+        assert entity in out.stdout, f"{entity} missing from run.rrd\n{context}"
     assert (run / "config.yaml").exists() and (run / "metrics.jsonl").stat().st_size > 0
 
     # the buffer CLI reads the same run
     info = robolearn(["buffer", "info", str(run), "--json"], cwd=tmp_path, timeout=120)
     assert info.returncode == 0, info.stderr
     figures = json.loads(info.stdout)
-    assert figures["steps"]["online"] == summary["env_steps"]
-    assert figures["episodes_committed"] == summary["episodes"] and figures["episodes_open"] == 0
+    assert figures["steps"]["online"] == summary["env_steps"], f"{figures}\n{context}"
+    assert figures["episodes_committed"] == summary["episodes"] and figures["episodes_open"] == 0, \
+        f"{figures}\n{context}"
 
     # the trained policy can be evaluated from the run directory
     ev = robolearn(["eval", f"run_dir={run}", "episodes=3"], cwd=tmp_path, timeout=120)
-    assert ev.returncode == 0, ev.stderr
-    assert "over 3 episodes" in ev.stdout and f"policy v{summary['policy_version']}" in ev.stdout
+    assert ev.returncode == 0, ev.stderr + context
+    assert "over 3 episodes" in ev.stdout and f"policy v{summary['policy_version']}" in ev.stdout, ev.stdout + context
     assert not figures["problems"]
