@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from robolearn.hardware.robot import joint_specs, safe_action
+from robolearn.hardware.robot import RobotSpecs, joint_specs, safe_action
 from robolearn.registry import register
-from robolearn.specs import ActionSpec, ArraySpec, ObservationSpec
+from robolearn.specs import ArraySpec, ObservationSpec
 
 
 @dataclass
@@ -87,7 +87,7 @@ def _limits(bus, motor: str) -> tuple[float, float, str]:
     return -100.0, 100.0, "-100..100"
 
 
-class LerobotRobot:
+class LerobotRobot(RobotSpecs):
     """HAL ``Robot`` over a lerobot robot with a motor bus (``robot.bus``)."""
 
     def __init__(self, config: LerobotRobotConfig, robot=None) -> None:
@@ -103,14 +103,6 @@ class LerobotRobot:
         self._obs_spec = ObservationSpec({**obs.arrays, **{k: ArraySpec(tuple(v), dtype="uint8")
                                                            for k, v in cams.items()}})
         self._last: tuple[float, np.ndarray] | None = None
-
-    @property
-    def observation_spec(self) -> ObservationSpec:
-        return self._obs_spec
-
-    @property
-    def action_spec(self) -> ActionSpec:
-        return self._action_spec
 
     @property
     def is_connected(self) -> bool:

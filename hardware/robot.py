@@ -44,6 +44,22 @@ class Robot(Protocol):
         ...
 
 
+class RobotSpecs:
+    """Shared by drivers: the ``observation_spec`` / ``action_spec`` properties over ``_obs_spec`` /
+    ``_action_spec``, which a driver sets in its constructor."""
+
+    _obs_spec: ObservationSpec
+    _action_spec: ActionSpec
+
+    @property
+    def observation_spec(self) -> ObservationSpec:
+        return self._obs_spec
+
+    @property
+    def action_spec(self) -> ActionSpec:
+        return self._action_spec
+
+
 def safe_action(action: np.ndarray, spec: ActionSpec) -> np.ndarray:
     """The one safety gate every driver applies: reject non-finite, clip to the robot's limits."""
     action = np.asarray(action, dtype=np.float32)

@@ -15,9 +15,8 @@ from importlib import resources
 import mujoco
 import numpy as np
 
-from robolearn.hardware.robot import joint_specs, safe_action
+from robolearn.hardware.robot import RobotSpecs, joint_specs, safe_action
 from robolearn.registry import register
-from robolearn.specs import ActionSpec, ObservationSpec
 
 JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
 UNITS = ["deg"] * 5 + ["0..100"]  # lerobot's so101_follower with use_degrees=True
@@ -40,7 +39,7 @@ def load_model(model: str) -> mujoco.MjModel:
     return mujoco.MjModel.from_xml_string(xml)
 
 
-class SimSO101:
+class SimSO101(RobotSpecs):
     """SO-101 follower in MuJoCo. Observation ``state`` = joint positions then joint velocities."""
 
     def __init__(self, config: SimSO101Config, model: mujoco.MjModel | None = None) -> None:
@@ -72,14 +71,6 @@ class SimSO101:
         return np.concatenate([rad, grip], axis=-1)
 
     # --- Robot protocol --------------------------------------------------------------------------
-    @property
-    def observation_spec(self) -> ObservationSpec:
-        return self._obs_spec
-
-    @property
-    def action_spec(self) -> ActionSpec:
-        return self._action_spec
-
     @property
     def is_connected(self) -> bool:
         return self._connected
