@@ -8,6 +8,7 @@ that names the key (``ConfigError``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -108,6 +109,13 @@ def validate(cfg: DictConfig | dict) -> RunConfig:
     top = {k: v for k, v in container.items() if k not in registry.GROUPS and k != "hydra"}
     top_typed = _typed(TopLevel, top, "")
     return RunConfig(**{k: getattr(top_typed, k) for k in TopLevel.__dataclass_fields__}, **groups)
+
+
+def load_run_config(path: Path) -> RunConfig:
+    """The validated config a run directory stores in ``config.yaml`` (``path``)."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path.parent} is not a run directory (no config.yaml)")
+    return validate(OmegaConf.to_container(OmegaConf.load(path)))
 
 
 def to_yaml(cfg: RunConfig) -> str:

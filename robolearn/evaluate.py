@@ -6,20 +6,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
-from robolearn.config import validate
+from robolearn.config import load_run_config
 from robolearn.registry import build_task_and_policy
 from robolearn.runtime.rundir import RunDir
 
 
 def evaluate(run_dir: Path, episodes: int = 20, seed: int = 12345, deterministic: bool = True) -> dict:
     run = RunDir(run_dir)
-    if not run.config.exists():
-        raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml)")
+    cfg = load_run_config(run.config)
     if not run.checkpoint.exists():
         raise FileNotFoundError(f"{run_dir} has no checkpoint yet ({run.checkpoint})")
-    cfg = validate(OmegaConf.to_container(OmegaConf.load(run.config)))
     env, policy = build_task_and_policy(cfg)
     state = torch.load(run.checkpoint, weights_only=True)
     policy.load_state_dict(state["algo"]["actor"])

@@ -6,12 +6,11 @@ import argparse
 import json
 from pathlib import Path
 
-from omegaconf import OmegaConf
 from rich.console import Console
 from rich.table import Table
 
 from robolearn.buffer.replay_buffer import ReplayBuffer
-from robolearn.config import validate
+from robolearn.config import load_run_config
 from robolearn.runtime.rundir import RunDir
 
 
@@ -19,9 +18,7 @@ def open_run_buffer(run_dir: Path, read_only: bool = True) -> tuple[ReplayBuffer
     from robolearn.registry import build_task_and_policy  # the run's task defines the specs
 
     run = RunDir(run_dir)
-    if not run.config.exists():
-        raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml)")
-    cfg = validate(OmegaConf.to_container(OmegaConf.load(run.config)))
+    cfg = load_run_config(run.config)
     env, _ = build_task_and_policy(cfg)
     env.close()
     b = cfg.buffer

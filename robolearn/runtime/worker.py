@@ -9,9 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
-from robolearn.config import validate
+from robolearn.config import load_run_config
 from robolearn.runtime.rundir import RunDir
 
 
@@ -20,7 +18,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m robolearn.runtime.worker {learner|actor} RUN_DIR [INDEX]", file=sys.stderr)
         return 2
     run = RunDir(Path(argv[1]))
-    cfg = validate(OmegaConf.to_container(OmegaConf.load(run.config)))
+    cfg = load_run_config(run.config)
     if argv[0] == "learner":
         from robolearn.learner.loop import main as learner_main
 
