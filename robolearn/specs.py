@@ -58,27 +58,6 @@ class ArraySpec:
         if value.dtype != np.dtype(self.dtype):
             raise SpecError(f"'{key}': dtype {value.dtype} does not match spec {self.dtype}")
 
-    def to_dict(self) -> dict:
-        return {
-            "shape": list(self.shape),
-            "dtype": self.dtype,
-            "unit": self.unit,
-            "names": list(self.names),
-            "low": None if self.low is None else list(self.low),
-            "high": None if self.high is None else list(self.high),
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict) -> ArraySpec:
-        return cls(
-            shape=tuple(d["shape"]),
-            dtype=d["dtype"],
-            unit=d.get("unit", ""),
-            names=tuple(d.get("names", ())),
-            low=None if d.get("low") is None else tuple(d["low"]),
-            high=None if d.get("high") is None else tuple(d["high"]),
-        )
-
 
 @dataclass(frozen=True)
 class ObservationSpec:
@@ -95,13 +74,6 @@ class ObservationSpec:
             raise SpecError(f"observation has unexpected key(s) {sorted(extra)}")
         for key, spec in self.arrays.items():
             spec.validate(f"observation.{key}", obs[key])
-
-    def to_dict(self) -> dict:
-        return {k: v.to_dict() for k, v in self.arrays.items()}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> ObservationSpec:
-        return cls({k: ArraySpec.from_dict(v) for k, v in d.items()})
 
 
 @dataclass(frozen=True)
@@ -136,10 +108,3 @@ class ActionSpec:
 
     def clip(self, action: np.ndarray) -> np.ndarray:
         return np.clip(action, self.array.low_array(), self.array.high_array()).astype(np.float32)
-
-    def to_dict(self) -> dict:
-        return {"array": self.array.to_dict(), "chunk_horizon": self.chunk_horizon}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> ActionSpec:
-        return cls(ArraySpec.from_dict(d["array"]), int(d["chunk_horizon"]))

@@ -36,11 +36,10 @@ MAX_FRAMES = 4096
 
 @dataclass(frozen=True)
 class RecordRef:
-    """Where a record's frames lie: segment index, byte offset of each frame, and their lengths."""
+    """Where a record's frames lie: segment index and the byte offset of each frame."""
 
     segment: int
     frame_offsets: tuple[int, ...]
-    frame_lengths: tuple[int, ...]
 
 
 def _parse_at(data: bytes | memoryview, pos: int) -> tuple[int, list[int], list[int]] | str:
@@ -129,7 +128,7 @@ class SegmentLog:
                 end, offsets, lengths = parsed
                 frames = [data[o:o + ln] for o, ln in zip(offsets, lengths)]
                 self.num_records += 1
-                yield RecordRef(seg, tuple(offsets), tuple(lengths)), frames
+                yield RecordRef(seg, tuple(offsets)), frames
                 pos = end
 
     def read_messages(self, expected_types: frozenset[str] | None = None) -> Iterator[tuple[RecordRef, Message]]:
@@ -182,7 +181,7 @@ class SegmentLog:
         if self.fsync == "strict" or (self.fsync == "batched" and now - self._last_fsync >= self.fsync_interval_s):
             os.fsync(self._file.fileno())
             self._last_fsync = now
-        return RecordRef(self._seg, tuple(offsets), tuple(sizes))
+        return RecordRef(self._seg, tuple(offsets))
 
     def _seal(self) -> None:
         self._file.flush()
