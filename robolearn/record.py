@@ -22,7 +22,8 @@ class RecordResult:
 
 
 def record(env, episodes: int, root: Path, repo_id: str, fps: int, seed: int = 0, task: str = "") -> RecordResult:
-    """Record ``episodes`` expert episodes of ``env`` (seeds ``seed``, ``seed + 1``, ...) into ``root``."""
+    """Record ``episodes`` expert episodes of ``env`` (seeds ``seed``, ``seed + 1``, ...) into ``root``.
+    Each frame's lerobot ``task`` is the env's ``instruction`` when it has one, else ``task``."""
     if not hasattr(env, "expert_action"):
         raise NotImplementedError(f"{type(env).__name__} has no scripted expert to record demos with")
     if root.exists():
@@ -34,13 +35,15 @@ def record(env, episodes: int, root: Path, repo_id: str, fps: int, seed: int = 0
     frames = successes = 0
     for ep in range(episodes):
         obs, _ = env.reset(seed=seed + ep)
+        # language-conditioned tasks say what this episode asks for ("pick up the red cube")
+        episode_task = getattr(env, "instruction", "") or task
         done, info = False, {}
         while not done:
             action = env.expert_action()
             next_obs, reward, terminated, truncated, info = env.step(action)
             done = terminated or truncated
             ds.add_frame(lerobot_frame(env.observation_spec, obs, action, reward, terminated,
-                                       bool(done and info.get("success")), False, task))
+                                       bool(done and info.get("success")), False, episode_task))
             obs = next_obs
             frames += 1
         ds.save_episode()

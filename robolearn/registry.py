@@ -60,5 +60,6 @@ def load_builtins() -> None:
     import robolearn.learner.sac  # noqa: F401
     import robolearn.policies.mlp  # noqa: F401
     import robolearn.runtime.local  # noqa: F401
+    import robolearn.sim.cube_tasks  # noqa: F401
     import robolearn.sim.reach  # noqa: F401
     import robolearn.sim.so101  # noqa: F401

@@ -7,5 +7,10 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import gymnasium as gym  # noqa: E402
 
-if "robolearn/Reach-v0" not in gym.registry:
-    gym.register(id="robolearn/Reach-v0", entry_point="robolearn.sim.reach:ReachEnv")
+for _id, _entry, _kwargs in [
+    ("robolearn/Reach-v0", "robolearn.sim.reach:ReachEnv", {}),
+    ("robolearn/PushCube-v0", "robolearn.sim.cube_tasks:PushCubeEnv", {}),
+    ("robolearn/PickCube-v0", "robolearn.sim.cube_tasks:PickCubeEnv", {}),
+]:
+    if _id not in gym.registry:
+        gym.register(id=_id, entry_point=_entry, kwargs=_kwargs)

@@ -32,11 +32,16 @@ class SimSO101Config:
     model: str = "so101_arm.xml"  # file in robolearn/sim/assets, or an absolute path
 
 
-def load_model(model: str) -> mujoco.MjModel:
+def arm_xml(model: str = "so101_arm.xml") -> str:
+    """The MJCF text of ``model``: a file in robolearn/sim/assets, or an absolute path."""
     if model.startswith("/"):
-        return mujoco.MjModel.from_xml_path(model)
-    xml = resources.files("robolearn.sim").joinpath("assets", model).read_text()
-    return mujoco.MjModel.from_xml_string(xml)
+        with open(model) as f:
+            return f.read()
+    return resources.files("robolearn.sim").joinpath("assets", model).read_text()
+
+
+def load_model(model: str) -> mujoco.MjModel:
+    return mujoco.MjModel.from_xml_string(arm_xml(model))
 
 
 class SimSO101(RobotSpecs):
@@ -51,6 +56,7 @@ class SimSO101(RobotSpecs):
         self._qpos_idx = np.array([self.model.jnt_qposadr[self.model.joint(j).id] for j in JOINTS])
         self._qvel_idx = np.array([self.model.jnt_dofadr[self.model.joint(j).id] for j in JOINTS])
         self._act_idx = np.array([self.model.actuator(j).id for j in JOINTS])
+        self.qpos_indices = self._qpos_idx      # the six joints' qpos addresses, in JOINTS order
         self.arm_dof_indices = self._qvel_idx[:5]  # the arm's degrees of freedom (no gripper), for kinematics
         ranges = self.model.jnt_range[[self.model.joint(j).id for j in JOINTS]]
         self._rad_low, self._rad_high = ranges[:, 0].copy(), ranges[:, 1].copy()

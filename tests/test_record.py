@@ -65,3 +65,22 @@ def test_recorded_demos_load_in_lerobot_and_act_trains_on_them(tmp_path):
         losses.append(loss.item())
     assert all(np.isfinite(losses))
     assert any(not torch.equal(a, b) for a, b in zip(before, policy.parameters()))
+
+
+def test_language_task_records_each_episodes_instruction_as_the_lerobot_task(tmp_path):
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from robolearn.record import record
+    from robolearn.sim.cube_tasks import PickCubeColorConfig, PickCubeEnv
+
+    env = PickCubeEnv(PickCubeColorConfig())
+    asked = []
+    for seed in range(3):
+        env.reset(seed=seed)
+        asked.append(env.instruction)
+    result = record(env, 3, tmp_path / "demos", "robolearn/pick_cube_color", fps=25, seed=0, task="pick_cube_color")
+    assert result.successes == 3
+    ds = LeRobotDataset("robolearn/pick_cube_color", root=tmp_path / "demos")
+    first_frames = [ds[int(i)] for i in ds.meta.episodes["dataset_from_index"]]
+    assert [f["task"] for f in first_frames] == asked
+    assert all(t.startswith("pick up the ") for t in asked) and len(set(asked)) > 1

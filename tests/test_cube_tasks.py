@@ -1,0 +1,149 @@
+"""push_cube, pick_cube, pick_cube_color: specs, randomisation, physics, scripted experts (fewer episodes
+than benchmarks/experts.py's 100)."""
+
+import numpy as np
+import pytest
+
+from robolearn.sim.cube_tasks import (
+    PickCubeColorConfig,
+    PickCubeConfig,
+    PickCubeEnv,
+    PushCubeEnv,
+)
+from robolearn.sim.so101 import SimSO101Config
+
+
+def run_expert(env, seed: int) -> tuple[dict, int]:
+    env.reset(seed=seed)
+    done, info, steps = False, {}, 0
+    while not done:
+        _, _, terminated, truncated, info = env.step(env.expert_action())
+        done = terminated or truncated
+        steps += 1
+    return info, steps
+
+
+@pytest.mark.parametrize("make", [PushCubeEnv, PickCubeEnv, lambda: PickCubeEnv(PickCubeColorConfig())],
+                         ids=["push_cube", "pick_cube", "pick_cube_color"])
+def test_scripted_expert_succeeds(make):
+    env = make()
+    results = [run_expert(env, seed) for seed in range(10)]
+    assert sum(info["success"] for info, _ in results) >= 9
+    # it ends the episode on success, well before the time limit
+    assert all(steps < env.task.episode_ticks for info, steps in results if info["success"])
+    env.close()
+
+
+def test_idle_arm_does_not_succeed_and_is_truncated():
+    for env in (PushCubeEnv(), PickCubeEnv()):
+        env.reset(seed=0)
+        for _ in range(env.task.episode_ticks):
+            _, reward, terminated, truncated, info = env.step(np.zeros(6, np.float32))
+            assert not terminated and not info["success"] and reward < 10
+        assert truncated
+        env.close()
+
+
+def test_cube_moves_only_through_contact():
+    """The cube is a real physics body: pushing it moves it, an arm hovering above does not."""
+    env = PushCubeEnv()
+    env.reset(seed=3)
+    start = env.cube_pos("red")
+    for _ in range(15):  # the expert's approach phase stays above the cube
+        env.step(env.expert_action())
+    np.testing.assert_allclose(env.cube_pos("red"), start, atol=1e-3)
+    info, _ = run_expert(env, 3)
+    assert info["success"] and np.linalg.norm(env.cube_pos("red")[:2] - start[:2]) > 0.04
+
+
+def test_observation_layout_and_specs():
+    env = PickCubeEnv(PickCubeColorConfig())
+    obs, info = env.reset(seed=5)
+    env.observation_spec.validate(obs)
+    names = env.observation_spec.arrays["state"].names
+    assert obs["state"].shape == (12 + 3 + 3 * 5 + 3,)
+    assert names[-3:] == ("asked.red", "asked.green", "asked.blue")
+    onehot = obs["state"][-3:]
+    assert onehot.sum() == 1 and env.instruction == f"pick up the {env.cubes[int(onehot.argmax())]} cube"
+    assert info["instruction"] == env.instruction
+    i = names.index(f"cube_{env.target}.x")
+    np.testing.assert_allclose(obs["state"][i:i + 3], env.cube_pos(env.target), atol=1e-6)
+    push = PushCubeEnv()
+    obs, _ = push.reset(seed=5)
+    np.testing.assert_allclose(obs["state"][-2:], push.goal, atol=1e-6)
+    assert push.observation_spec.arrays["state"].names[-2:] == ("goal.x", "goal.y")
+
+
+def test_every_colour_is_asked_for_across_seeds_and_wrong_cube_fails():
+    env = PickCubeEnv(PickCubeColorConfig())
+    asked = set()
+    for seed in range(12):
+        env.reset(seed=seed)
+        asked.add(env.target)
+    assert asked == {"red", "green", "blue"}
+    # lift a cube that was not asked for: the episode ends as a failure
+    env.reset(seed=0)
+    wrong = next(c for c in env.cubes if c != env.target)
+    env.target, asked_colour = wrong, env.target
+    done = False
+    while not done:
+        action = env.expert_action()
+        env.target = asked_colour  # the env judges against the asked cube
+        _, _, terminated, truncated, info = env.step(action)
+        env.target = wrong         # while the expert keeps going for the wrong one
+        done = terminated or truncated
+    assert terminated and not info["success"]
+
+
+def test_domain_randomisation_is_seeded_and_varies():
+    env = PushCubeEnv()
+    m = env.robot.model
+    cube, floor = env._cube_geom["red"], env._floor
+
+    def draw(seed):
+        obs, _ = env.reset(seed=seed)
+        return (obs["state"].copy(), m.geom_rgba[[cube, floor]].copy(), m.geom_friction[[cube, floor], 0].copy(),
+                m.light_diffuse.copy(), m.light_dir.copy(), env.cube_yaw("red"))
+
+    a, b, a2 = draw(1), draw(2), draw(1)
+    for x, y in zip(a, a2):
+        np.testing.assert_array_equal(x, y)  # same seed, same scene
+    for x, y in zip(a, b):
+        assert not np.allclose(x, y)           # another seed changes every knob
+    lo, hi = env.task.friction_range
+    assert lo <= a[2].min() and a[2].max() <= hi
+
+
+def test_knobs_off_give_a_fixed_appearance():
+    cfg = PickCubeConfig(colour_noise=0.0, light_noise=0.0, friction_range=[1.0, 1.0], randomize_yaw=False)
+    env = PickCubeEnv(cfg)
+    env.reset(seed=1)
+    rgba, light = env.robot.model.geom_rgba.copy(), env.robot.model.light_diffuse.copy()
+    env.reset(seed=2)
+    np.testing.assert_array_equal(rgba, env.robot.model.geom_rgba)
+    np.testing.assert_array_equal(light, env.robot.model.light_diffuse)
+    assert abs(env.cube_yaw("red")) < 1e-6
+
+
+def test_cameras_render_the_scene():
+    env = PickCubeEnv(PickCubeConfig(cameras=["front", "wrist"], camera_size=64))
+    obs, _ = env.reset(seed=0)
+    assert obs["front"].shape == (64, 64, 3) and obs["front"].dtype == np.uint8
+    assert obs["wrist"].std() > 5  # not a blank frame
+    env.close()
+
+
+@pytest.mark.parametrize("bad, key", [({"cube_low": [0.1]}, "cube_low"), ({"cube_size": 0.2}, "cube_size"),
+                                      ({"friction_range": [1.0, 0.5]}, "friction_range"),
+                                      ({"cameras": ["top"]}, "cameras"), ({"colours": ["red", "pink"]}, "colours")])
+def test_bad_config_names_the_key(bad, key):
+    with pytest.raises(ValueError, match=key):
+        PickCubeColorConfig(**bad)
+
+
+def test_refuses_a_real_robot():
+    from robolearn.hardware.lerobot_robot import LerobotRobotConfig
+
+    with pytest.raises(ValueError, match="sim_so101"):
+        PushCubeEnv(robot=LerobotRobotConfig())
+    PushCubeEnv(robot=SimSO101Config()).close()
