@@ -119,6 +119,13 @@ class GaussianChunkPolicy(nn.Module):
             a = self.sample(obs)[0]
         return a.reshape(self.horizon, self.action_dim).numpy()
 
+    def predict_chunk(self, states: np.ndarray, prefix: np.ndarray, prefix_len: np.ndarray) -> np.ndarray:
+        """The serving interface (``inference.runner``): states (B, S) -> deterministic chunks (B, H, A).
+        This policy is not prefix-conditioned: the committed prefix is ignored."""
+        with torch.no_grad():
+            mean = torch.tanh(self(torch.as_tensor(states, dtype=torch.float32))[0])
+        return mean.reshape(-1, self.horizon, self.action_dim).numpy()
+
 
 def make_policy(obs_spec: ObservationSpec, action_spec: ActionSpec, config: MLPPolicyConfig) -> GaussianChunkPolicy:
     """Build the policy for a task's specs with the configured chunk horizon."""

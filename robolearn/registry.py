@@ -58,6 +58,7 @@ def load_builtins() -> None:
     import robolearn.hardware.gym_adapter  # noqa: F401
     import robolearn.hardware.lerobot_robot  # noqa: F401
     import robolearn.learner.sac  # noqa: F401
+    import robolearn.policies.flow_chunk  # noqa: F401
     import robolearn.policies.mlp  # noqa: F401
     import robolearn.runtime.local  # noqa: F401
     import robolearn.sim.cube_tasks  # noqa: F401

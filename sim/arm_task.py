@@ -108,6 +108,10 @@ class ArmTaskEnv(gym.Env):
         self.robot.send_action(self.robot.commanded_positions() + delta)
         self._tick += 1
 
+    def hold_action(self) -> np.ndarray:
+        """The command that keeps the arm where it is told to be: no change to the servo targets."""
+        return np.zeros(6, np.float32)
+
     def _delta_toward(self, joint_target: np.ndarray) -> np.ndarray:
         """The bounded action (6,) that moves the servo targets toward ``joint_target`` (robot units)."""
         return self.action_spec.clip((joint_target - self.robot.commanded_positions()).astype(np.float32))

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from robolearn.actor.action_queue import ActionQueue
 
@@ -10,7 +11,8 @@ def test_each_tick_pops_its_own_action_once_in_order():
     assert [g.tick for g in got] == [10, 11, 12, 13]
     assert [g.chunk_index for g in got] == [0, 1, 2, 3]
     assert all(g.policy_version == 3 for g in got)
-    assert q.pop(13) is None  # never twice
+    with pytest.raises(ValueError, match="already executed"):
+        q.pop(13)  # never twice
 
 
 def test_stale_actions_are_dropped_and_empty_is_a_stall():

@@ -1,0 +1,148 @@
+"""A flow-matching action-chunk policy with prefix conditioning (training-time RTC / REMAC).
+
+The policy maps an observation to a chunk of H actions by integrating a learned velocity field from
+Gaussian noise (flow time tau = 0) to actions (tau = 1). Each chunk position has its own flow time,
+which is how the committed prefix enters: positions i < d (actions that will execute while the
+chunk is being computed) are given clean, with tau_i = 1, and the network predicts the rest
+consistent with them. ALGORITHMS.md section 1:
+
+    training    x0 ~ N(0, I), x1 = demo chunk, tau ~ U(0, 1), d ~ U{0..D}
+                x_tau = tau * x1 + (1 - tau) * x0 for i >= d;  x_i = x1_i and tau_i = 1 for i < d
+                L = sum_i m_i ||v(x_tau, tau, s)_i - (x1 - x0)_i||^2 / max(1, sum_i m_i),  m_i = 1[i >= d]
+    sampling    A <- noise; n Euler steps A <- A + v / n, then A <- m * A + (1 - m) * A_prefix
+
+So the prefix is clamped at every integration step and no inference-time guidance is needed. The
+backbone is an MLP over [normalised state; flattened noisy chunk; per-position time features].
+
+Units: states as the task's ``state`` vector; actions normalised to [-1, 1] by the action spec
+(``ActionSpec.to_normalised`` / ``to_robot``). Shapes: state (B, S), chunk (B, H, A), prefix
+(B, D, A) with ``prefix_len`` (B,) valid rows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from robolearn.policies.mlp import ObsNormaliser, mlp, state_vector_spec
+from robolearn.registry import register
+from robolearn.specs import ActionSpec, ObservationSpec
+
+TIME_FREQS = 3  # sin/cos features of each position's flow time
+
+
+@dataclass
+class FlowChunkPolicyConfig:
+    """``policy=flow_chunk``."""
+
+    name: str = "flow_chunk"
+    chunk_horizon: int = 10        # H, actions per chunk
+    max_prefix: int = 6            # D, the longest committed prefix trained for (>= the largest delay in ticks)
+    hidden_dims: list[int] = field(default_factory=lambda: [512, 512, 512])
+    flow_steps: int = 10           # Euler steps at inference
+
+    def __post_init__(self) -> None:
+        if self.chunk_horizon < 1:
+            raise ValueError(f"policy.chunk_horizon must be >= 1, got {self.chunk_horizon}")
+        if not 0 <= self.max_prefix < self.chunk_horizon:
+            raise ValueError(f"policy.max_prefix must be in [0, chunk_horizon), got {self.max_prefix}")
+        if self.flow_steps < 1:
+            raise ValueError(f"policy.flow_steps must be >= 1, got {self.flow_steps}")
+        if not self.hidden_dims or any(h < 1 for h in self.hidden_dims):
+            raise ValueError(f"policy.hidden_dims must be positive sizes, got {self.hidden_dims}")
+
+
+def time_features(tau: torch.Tensor) -> torch.Tensor:
+    """(B, H) flow times -> (B, H * (1 + 2 * TIME_FREQS)) features."""
+    k = torch.arange(1, TIME_FREQS + 1, dtype=tau.dtype, device=tau.device)
+    angle = 2 * math.pi * tau.unsqueeze(-1) * k
+    return torch.cat([tau.unsqueeze(-1), torch.sin(angle), torch.cos(angle)], dim=-1).flatten(1)
+
+
+def prefix_mask(prefix_len: torch.Tensor, horizon: int) -> torch.Tensor:
+    """(B,) prefix lengths -> (B, H) float mask m_i = 1[i >= d] (1 where the policy predicts)."""
+    return (torch.arange(horizon, device=prefix_len.device) >= prefix_len.unsqueeze(-1)).float()
+
+
+class FlowChunkPolicy(nn.Module):
+    def __init__(self, obs_spec: ObservationSpec, action_spec: ActionSpec, config: FlowChunkPolicyConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.obs_dim = state_vector_spec(obs_spec).size
+        self.action_dim = action_spec.dim
+        self.horizon = config.chunk_horizon
+        self.max_prefix = config.max_prefix
+        self.normalise = ObsNormaliser(obs_spec)
+        n_chunk = self.horizon * self.action_dim
+        self.net = mlp([self.obs_dim + n_chunk + self.horizon * (1 + 2 * TIME_FREQS), *config.hidden_dims, n_chunk])
+
+    def velocity(self, state: torch.Tensor, x: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+        """v(x_tau, tau, s): state (B, S), x (B, H, A), tau (B, H) -> (B, H, A)."""
+        inp = torch.cat([self.normalise(state), x.flatten(1), time_features(tau)], dim=-1)
+        return self.net(inp).view_as(x)
+
+    def _pad_prefix(self, prefix: torch.Tensor) -> torch.Tensor:
+        """(B, D', A) -> (B, H, A), zero beyond D'."""
+        out = prefix.new_zeros(prefix.shape[0], self.horizon, self.action_dim)
+        n = min(prefix.shape[1], self.horizon)
+        out[:, :n] = prefix[:, :n]
+        return out
+
+    def loss(self, state: torch.Tensor, actions: torch.Tensor, prefix_len: torch.Tensor | None = None,
+             valid: torch.Tensor | None = None) -> torch.Tensor:
+        """Per-example flow-matching loss (B,) on demo chunks ``actions`` (B, H, A) in [-1, 1].
+
+        ``prefix_len`` (B,) int: the clean prefix given to the network (drawn uniformly from 0..D when
+        None). ``valid`` (B, H) optional mask of real (not padded) chunk positions.
+        """
+        b = actions.shape[0]
+        if prefix_len is None:
+            prefix_len = torch.randint(0, self.max_prefix + 1, (b,), device=actions.device)
+        m = prefix_mask(prefix_len, self.horizon)
+        x0 = torch.randn_like(actions)
+        tau = torch.rand(b, 1, device=actions.device).expand(b, self.horizon)
+        tau = m * tau + (1 - m)                                   # prefix positions are clean (tau = 1)
+        x_tau = tau.unsqueeze(-1) * actions + (1 - tau.unsqueeze(-1)) * x0
+        target = actions - x0
+        err = ((self.velocity(state, x_tau, tau) - target) ** 2).sum(-1)  # (B, H)
+        if valid is not None:
+            m = m * valid
+        return (m * err).sum(-1) / m.sum(-1).clamp(min=1.0)
+
+    @torch.no_grad()
+    def sample(self, state: torch.Tensor, prefix: torch.Tensor | None = None,
+               prefix_len: torch.Tensor | None = None, steps: int | None = None) -> torch.Tensor:
+        """A chunk (B, H, A) in [-1, 1] whose first ``prefix_len`` actions equal ``prefix`` (B, D', A)."""
+        b = state.shape[0]
+        steps = steps or self.config.flow_steps
+        if prefix is None or prefix_len is None:
+            prefix = state.new_zeros(b, self.horizon, self.action_dim)
+            prefix_len = torch.zeros(b, dtype=torch.long, device=state.device)
+        prefix = self._pad_prefix(prefix)
+        m = prefix_mask(prefix_len, self.horizon)
+        keep = m.unsqueeze(-1)
+        x = keep * torch.randn(b, self.horizon, self.action_dim, device=state.device) + (1 - keep) * prefix
+        for k in range(steps):
+            tau = m * (k / steps) + (1 - m)
+            x = x + self.velocity(state, x, tau) / steps
+            x = keep * x + (1 - keep) * prefix                     # clamp the committed prefix
+        return x.clamp(-1.0, 1.0)
+
+    def predict_chunk(self, states: np.ndarray, prefix: np.ndarray, prefix_len: np.ndarray) -> np.ndarray:
+        """The serving interface: states (B, S), prefix (B, D', A) normalised, prefix_len (B,) ->
+        chunks (B, H, A) normalised, as float32 numpy."""
+        out = self.sample(torch.as_tensor(states, dtype=torch.float32), torch.as_tensor(prefix, dtype=torch.float32),
+                          torch.as_tensor(prefix_len, dtype=torch.long))
+        return out.numpy().astype(np.float32)
+
+
+def make_flow_policy(obs_spec: ObservationSpec, action_spec: ActionSpec,
+                     config: FlowChunkPolicyConfig) -> FlowChunkPolicy:
+    return FlowChunkPolicy(obs_spec, action_spec, config)
+
+
+register("policy", "flow_chunk", FlowChunkPolicyConfig, make_flow_policy)

@@ -1,0 +1,215 @@
+"""Asynchronous action-chunk execution: when to ask for the next chunk and how to splice it in.
+
+Per control tick ``t`` the ``ChunkExecutor`` (never blocks):
+
+    1. splice in every chunk that has arrived            (measure its delay in ticks)
+    2. if the scheduler says so, send a request          (observation at t, committed prefix, planned delay)
+    3. pop the action for tick t                         (none queued: a stall, hold the last safe command)
+
+Modes (``ChunkingConfig.mode``), ALGORITHMS.md section 1:
+
+    sync           ask only when the queue is empty; the robot holds still while the policy thinks and
+                   the chunk starts when it arrives
+    naive_async    lerobot's async inference: ask when queued/H <= queue_threshold, blend overlapping
+                   ticks (old_weight * old + (1 - old_weight) * new); no delay model, no prefix
+    latency_aware  keep a sliding window of measured delays; ask when the queue would run out within
+                   the ``delay_quantile`` of them (+ margin), so the answer arrives before it does.
+                   The request carries the committed actions that execute meanwhile (state
+                   augmentation); ``splice``: ``prefix`` (the chunk agrees with the committed prefix,
+                   taken from where the prefix ends), ``replace`` or ``blend``.
+
+Units: ticks everywhere; actions in the queue are robot units, the policy sees normalised ones.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from robolearn.actor.action_queue import ActionQueue, TimedAction
+from robolearn.inference.protocol import ChunkRequest, ChunkResponse
+from robolearn.specs import ActionSpec
+
+MODES = ("sync", "naive_async", "latency_aware")
+SPLICES = ("prefix", "replace", "blend")
+
+
+@dataclass
+class ChunkingConfig:
+    """``runtime.chunking.*``."""
+
+    mode: str = "latency_aware"
+    splice: str = "prefix"          # latency_aware only; naive_async always blends, sync replaces
+    queue_threshold: float = 0.5    # naive_async: ask when queued / H <= this (lerobot's chunk_size_threshold)
+    old_weight: float = 0.3         # blend: weight of the already queued action
+    delay_quantile: float = 0.95    # latency_aware: plan for this quantile of measured delays
+    delay_window: int = 50          # requests remembered by the delay estimate
+    initial_delay: int = 2          # ticks assumed before anything was measured
+    margin: int = 0                 # extra ticks of slack when asking
+    max_prefix: int = 6             # the most committed actions sent (the policy's max_prefix)
+    request_timeout: int = 100      # ticks without an answer after which a request is re-sent
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"chunking.mode must be one of {MODES}, got {self.mode!r}")
+        if self.splice not in SPLICES:
+            raise ValueError(f"chunking.splice must be one of {SPLICES}, got {self.splice!r}")
+        if not 0 < self.queue_threshold <= 1:
+            raise ValueError(f"chunking.queue_threshold must be in (0, 1], got {self.queue_threshold}")
+        if not 0 <= self.old_weight <= 1:
+            raise ValueError(f"chunking.old_weight must be in [0, 1], got {self.old_weight}")
+        if not 0 < self.delay_quantile <= 1:
+            raise ValueError(f"chunking.delay_quantile must be in (0, 1], got {self.delay_quantile}")
+        if self.delay_window < 1 or self.initial_delay < 0 or self.margin < 0 or self.max_prefix < 0:
+            raise ValueError("chunking.delay_window must be >= 1; initial_delay, margin, max_prefix >= 0")
+        if self.request_timeout < 1:
+            raise ValueError(f"chunking.request_timeout must be >= 1, got {self.request_timeout}")
+
+
+class DelayEstimator:
+    """Sliding window of measured inference delays (ticks); ``planned()`` is the chosen quantile."""
+
+    def __init__(self, window: int, quantile: float, initial: int) -> None:
+        self.samples: deque[int] = deque(maxlen=window)
+        self.quantile, self.initial = quantile, initial
+
+    def add(self, ticks: int) -> None:
+        self.samples.append(int(ticks))
+
+    def planned(self) -> int:
+        if not self.samples:
+            return self.initial
+        return int(np.ceil(np.quantile(np.fromiter(self.samples, float), self.quantile)))
+
+
+@dataclass
+class ExecutorMetrics:
+    ticks: int = 0
+    stalled_ticks: int = 0
+    requests: int = 0
+    chunks: int = 0
+    resent: int = 0
+    delays: Counter = field(default_factory=Counter)          # measured delay (ticks) -> count
+    executed_per_chunk: Counter = field(default_factory=Counter)  # chunk id -> actions executed
+    horizon: int = 1
+
+    def utilisation(self) -> float:
+        """Mean fraction of each received chunk's actions that were executed."""
+        if not self.chunks:
+            return 0.0
+        return sum(self.executed_per_chunk.values()) / (self.chunks * self.horizon)
+
+    def summary(self) -> dict:
+        return {"ticks": self.ticks, "stalled_ticks": self.stalled_ticks, "requests": self.requests,
+                "chunks": self.chunks, "resent_requests": self.resent,
+                "delay_histogram": {str(k): v for k, v in sorted(self.delays.items())},
+                "chunk_utilisation": round(self.utilisation(), 4)}
+
+
+class ChunkExecutor:
+    """One robot's chunk queue, scheduler and splicer around a policy client (``inference.client``)."""
+
+    def __init__(self, client, action_spec: ActionSpec, horizon: int, config: ChunkingConfig | None = None,
+                 robot_id: str = "") -> None:
+        self.client = client
+        self.action_spec = action_spec
+        self.horizon = horizon
+        self.cfg = config or ChunkingConfig()
+        self.robot_id = robot_id
+        self.queue = ActionQueue()
+        self.delay = DelayEstimator(self.cfg.delay_window, self.cfg.delay_quantile, self.cfg.initial_delay)
+        self.metrics = ExecutorMetrics(horizon=horizon)
+        self._next_id = 0
+        self._in_flight: ChunkRequest | None = None
+        self._sent_at = 0
+        self.policy_version = 0
+        self.last_chunk: tuple[int, np.ndarray] | None = None  # (start tick, (H, A) robot units), for plots
+
+    # --- scheduling --------------------------------------------------------------------------------
+    def should_request(self, tick: int) -> bool:
+        if self._in_flight is not None:
+            return False
+        remaining = self.queue.remaining(tick)
+        if self.cfg.mode == "sync":
+            return remaining == 0
+        if self.cfg.mode == "naive_async":
+            return remaining / self.horizon <= self.cfg.queue_threshold
+        return remaining <= self.delay.planned() + self.cfg.margin
+
+    def _request(self, tick: int, observation: dict[str, np.ndarray]) -> None:
+        planned = self.delay.planned() if self.cfg.mode == "latency_aware" else 0
+        prefix = np.zeros((0, self.action_spec.dim), np.float32)
+        if self.cfg.mode == "latency_aware" and self.cfg.splice == "prefix":
+            # the committed actions: queued ticks that execute while the chunk is computed
+            n = min(planned, self.cfg.max_prefix, self.horizon - 1)
+            committed = self.queue.actions(tick, n)
+            committed = committed[:self.queue.remaining(tick)]
+            if committed:
+                prefix = self.action_spec.to_normalised(np.stack([c.action for c in committed])).astype(np.float32)
+        req = ChunkRequest(self._next_id, tick, observation, prefix, planned, self.robot_id)
+        self._next_id += 1
+        self._in_flight, self._sent_at = req, tick
+        self.metrics.requests += 1
+        self.client.submit(req)
+
+    # --- splicing ----------------------------------------------------------------------------------
+    def _splice(self, resp: ChunkResponse, tick: int, measure: bool = True) -> None:
+        if self._in_flight is None or resp.request_id != self._in_flight.request_id:
+            return  # an answer to a request given up on: superseded
+        self._in_flight = None
+        delay = tick - resp.tick
+        if measure:
+            self.delay.add(delay)
+            self.metrics.delays[delay] += 1
+        self.metrics.chunks += 1
+        self.policy_version = resp.policy_version
+        actions = self.action_spec.to_robot(np.asarray(resp.actions, np.float32))
+        self.last_chunk = (resp.tick, actions)
+        # sync: the robot held still while the policy thought, so the chunk starts when it arrives
+        start = tick if self.cfg.mode == "sync" else resp.tick
+        args = (start, actions)
+        tags = dict(chunk_id=resp.request_id, policy_version=resp.policy_version, delay_ticks=delay)
+        mode, splice = self.cfg.mode, self.cfg.splice
+        if mode == "naive_async" or (mode == "latency_aware" and splice == "blend"):
+            self.queue.blend_from(tick, *args, self.cfg.old_weight, **tags)
+        elif mode == "latency_aware" and splice == "prefix":
+            # the first prefix_len actions equal the committed ones still queued: keep those entries
+            self.queue.replace_from(max(tick, start + resp.prefix_len), *args, **tags)
+        else:
+            self.queue.replace_from(tick, *args, **tags)
+
+    # --- the tick ----------------------------------------------------------------------------------
+    def start_episode(self, observation: dict[str, np.ndarray], tick: int, wait) -> None:
+        """Before an episode's first tick (the robot is at rest): clear the queue and block until a first
+        chunk is in, using ``wait()`` between polls (a sleep, or a no-op under a simulated clock)."""
+        self.queue.clear()
+        self._in_flight = None
+        self._request(tick, observation)
+        while self._in_flight is not None:
+            # at rest time does not count: take the answer whenever it is ready (a simulated clock's
+            # answer is due some ticks later, so ask for everything due up to far in the future)
+            for resp in self.client.poll(tick + 10**9):
+                self._splice(resp, tick, measure=False)
+            if self._in_flight is not None:
+                wait()
+
+    def tick(self, tick: int, observation: dict[str, np.ndarray]) -> TimedAction | None:
+        """The action for ``tick``, or None for a stall (the caller holds the last safe command)."""
+        for resp in self.client.poll(tick):
+            self._splice(resp, tick)
+        if self._in_flight is not None and tick - self._sent_at > self.cfg.request_timeout:
+            self._in_flight = None  # lost (e.g. the server restarted): ask again
+            self.metrics.resent += 1
+        if self.should_request(tick):
+            self._request(tick, observation)
+            for resp in self.client.poll(tick):  # a zero-delay answer is usable this very tick
+                self._splice(resp, tick)
+        item = self.queue.pop(tick)
+        self.metrics.ticks += 1
+        if item is None:
+            self.metrics.stalled_ticks += 1
+        else:
+            self.metrics.executed_per_chunk[item.chunk_id] += 1
+        return item

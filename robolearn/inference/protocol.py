@@ -1,0 +1,83 @@
+"""What an actor asks a policy for and what it gets back, and how both travel on the wire.
+
+A request carries the observation it was taken from and its tick, the committed actions (queued
+actions that will execute while the chunk is computed; ARLI state augmentation / the RTC prefix),
+and the delay in ticks it was planned for. The response is a chunk for ticks ``tick .. tick+H-1``
+whose first ``prefix_len`` actions equal the committed ones (for prefix-conditioned policies),
+tagged with the weight version that computed it.
+
+Wire: ``chunk_request`` and ``chunk`` messages of ``transport.wire`` (msgpack header + raw arrays).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from robolearn.transport.wire import Message, WireError
+
+REQUEST, RESPONSE = "chunk_request", "chunk"
+OBS_PREFIX = "obs."
+
+
+@dataclass
+class ChunkRequest:
+    request_id: int
+    tick: int                       # the observation's tick; the chunk starts at this tick
+    observation: dict[str, np.ndarray]
+    prefix: np.ndarray              # (d, A) committed actions, normalised to [-1, 1]
+    planned_delay: int = 0          # ticks the scheduler expects the inference to take
+    robot_id: str = ""
+
+    @property
+    def prefix_len(self) -> int:
+        return int(self.prefix.shape[0])
+
+
+@dataclass
+class ChunkResponse:
+    request_id: int
+    tick: int                       # start tick of the chunk (= the request's tick)
+    actions: np.ndarray             # (H, A) normalised
+    policy_version: int
+    prefix_len: int = 0
+    compute_ms: float = 0.0
+    meta: dict = field(default_factory=dict)
+
+
+def request_to_wire(req: ChunkRequest) -> tuple[dict, dict[str, np.ndarray]]:
+    meta = {"request_id": req.request_id, "tick": req.tick, "planned_delay": req.planned_delay}
+    arrays = {f"{OBS_PREFIX}{k}": v for k, v in req.observation.items()}
+    arrays["prefix"] = np.asarray(req.prefix, np.float32)
+    return meta, arrays
+
+
+def request_from_wire(msg: Message) -> ChunkRequest:
+    meta = msg.meta
+    for key in ("request_id", "tick", "planned_delay"):
+        if not isinstance(meta.get(key), int):
+            raise WireError(f"chunk_request field '{key}' missing or not an int")
+    prefix = msg.arrays.get("prefix")
+    if prefix is None or prefix.ndim != 2 or prefix.dtype != np.float32:
+        raise WireError("chunk_request needs a float32 'prefix' of shape (d, A)")
+    obs = {k.removeprefix(OBS_PREFIX): v for k, v in msg.arrays.items() if k.startswith(OBS_PREFIX)}
+    return ChunkRequest(meta["request_id"], meta["tick"], obs, prefix, meta["planned_delay"], msg.sender)
+
+
+def response_to_wire(resp: ChunkResponse) -> tuple[dict, dict[str, np.ndarray]]:
+    meta = {"request_id": resp.request_id, "tick": resp.tick, "version": resp.policy_version,
+            "prefix_len": resp.prefix_len, "compute_ms": resp.compute_ms}
+    return meta, {"actions": np.asarray(resp.actions, np.float32)}
+
+
+def response_from_wire(msg: Message) -> ChunkResponse:
+    meta = msg.meta
+    for key in ("request_id", "tick", "version", "prefix_len"):
+        if not isinstance(meta.get(key), int):
+            raise WireError(f"chunk field '{key}' missing or not an int")
+    actions = msg.arrays.get("actions")
+    if actions is None or actions.ndim != 2:
+        raise WireError("chunk needs 'actions' of shape (H, A)")
+    return ChunkResponse(meta["request_id"], meta["tick"], actions, meta["version"], meta["prefix_len"],
+                         float(meta.get("compute_ms", 0.0)))

@@ -1,0 +1,48 @@
+"""Runs a chunk policy on a batch of requests: one forward pass for every robot that asked.
+
+The policy implements ``predict_chunk(states (B, S), prefix (B, D, A), prefix_len (B,)) -> (B, H, A)``
+in normalised action units (``policies.flow_chunk.FlowChunkPolicy``; the Gaussian MLP policy ignores
+the prefix). Requests are validated against the observation spec before they reach the model.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from robolearn.inference.protocol import ChunkRequest, ChunkResponse
+from robolearn.specs import ObservationSpec, SpecError
+
+
+class ChunkPolicyRunner:
+    def __init__(self, policy: torch.nn.Module, obs_spec: ObservationSpec, action_dim: int,
+                 version: int = 0) -> None:
+        self.policy = policy.eval()
+        self.obs_spec = obs_spec
+        self.action_dim = action_dim
+        self.version = version
+
+    def check(self, req: ChunkRequest) -> None:
+        """Raise ``SpecError`` naming the key when a request does not fit the policy."""
+        self.obs_spec.validate(req.observation)
+        if req.prefix.shape[1:] != (self.action_dim,):
+            raise SpecError(f"prefix: shape {tuple(req.prefix.shape)}, expected (d, {self.action_dim})")
+        horizon = getattr(self.policy, "horizon", None)
+        if horizon is not None and req.prefix_len >= horizon:
+            raise SpecError(f"prefix: {req.prefix_len} committed actions, the chunk has only {horizon}")
+
+    def run(self, requests: list[ChunkRequest]) -> list[ChunkResponse]:
+        t0 = time.perf_counter()
+        states = np.stack([r.observation["state"] for r in requests]).astype(np.float32)
+        d_max = max(r.prefix_len for r in requests)
+        prefix = np.zeros((len(requests), d_max, self.action_dim), np.float32)
+        for i, r in enumerate(requests):
+            prefix[i, :r.prefix_len] = r.prefix
+        lens = np.array([r.prefix_len for r in requests], np.int64)
+        with torch.no_grad():
+            chunks = self.policy.predict_chunk(states, prefix, lens)
+        ms = (time.perf_counter() - t0) * 1e3
+        return [ChunkResponse(r.request_id, r.tick, chunks[i], self.version, r.prefix_len, ms)
+                for i, r in enumerate(requests)]

@@ -1,0 +1,157 @@
+"""The policy server: one process answering chunk requests from many robots.
+
+    ROUTER socket (loopback by default)  <-  DEALER per actor (``inference.client.RemoteClient``)
+    loop:  wait for requests -> take every request waiting (up to ``max_batch``) -> one batched
+           forward pass -> reply to each robot with its chunk and the weight version
+           between batches: take the newest weights the learner published (SUB), if subscribed
+
+Malformed or mismatching requests are rejected with a counted reason, never fatal. Run it as
+
+    python -m robolearn.inference.server --task push_cube --policy flow_chunk --weights policy.pt \
+        [--port 0] [--endpoint-file server.json] [--weights-endpoint tcp://127.0.0.1:P]
+
+(``--weights`` is a state dict this project wrote with ``torch.save``; it is loaded with
+``weights_only=True``. Nothing a peer sends is ever unpickled.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import torch
+import zmq
+
+from robolearn.actor.weights import WeightSubscriber
+from robolearn.inference.protocol import REQUEST, RESPONSE, request_from_wire, response_to_wire
+from robolearn.inference.runner import ChunkPolicyRunner
+from robolearn.specs import SpecError
+from robolearn.transport.sockets import bind_random_port, is_loopback
+from robolearn.transport.wire import RejectCounter, WireError, decode, encode
+
+
+class PolicyServer:
+    def __init__(self, runner: ChunkPolicyRunner, host: str = "127.0.0.1", port: int = 0, max_batch: int = 32,
+                 weights_endpoint: str | None = None) -> None:
+        self.runner = runner
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 0)  # a vanished robot's reply is dropped, not an error
+        if port:
+            if not is_loopback(host):
+                raise PermissionError(f"refusing to bind on non-loopback host {host!r} without CurveZMQ keys")
+            self.sock.bind(f"tcp://{host}:{port}")
+            self.endpoint = f"tcp://{host}:{port}"
+        else:
+            self.endpoint = bind_random_port(self.sock, host)
+        self.max_batch = max_batch
+        self.rejects = RejectCounter()
+        self.weights = (WeightSubscriber(self.ctx, weights_endpoint, runner.policy, self.rejects)
+                        if weights_endpoint else None)
+        self.batches = 0
+        self.requests = 0
+        self.batch_sizes: list[int] = []
+
+    def _drain(self) -> list[tuple[bytes, object]]:
+        got = []
+        while len(got) < self.max_batch:
+            try:
+                frames = self.sock.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            identity, body = frames[0], frames[1:]
+            try:
+                req = request_from_wire(decode(body, frozenset({REQUEST})))
+                self.runner.check(req)
+            except (WireError, SpecError) as exc:
+                self.rejects.reject(str(exc))
+                continue
+            got.append((identity, req))
+        return got
+
+    def serve_once(self, timeout_ms: int = 100) -> int:
+        """Answer every request waiting (waiting up to ``timeout_ms`` for one); returns how many."""
+        if self.weights is not None:
+            self.weights.poll()
+            if self.weights.apply_pending():
+                self.runner.version = self.weights.version
+        if not self.sock.poll(timeout_ms):
+            return 0
+        batch = self._drain()
+        if not batch:
+            return 0
+        responses = self.runner.run([req for _, req in batch])
+        for (identity, _), resp in zip(batch, responses):
+            meta, arrays = response_to_wire(resp)
+            self.sock.send_multipart([identity, *encode(RESPONSE, "policy-server", resp.request_id, meta, arrays)],
+                                     copy=False)
+        self.batches += 1
+        self.requests += len(batch)
+        self.batch_sizes.append(len(batch))
+        return len(batch)
+
+    def close(self) -> None:
+        if self.weights is not None:
+            self.weights.close()
+        self.sock.close(linger=0)
+        self.ctx.term()
+
+
+def build_runner(task: str, policy: str, weights: str | None, overrides: dict | None = None) -> ChunkPolicyRunner:
+    """The task's specs and the named policy (registry names), with weights from a state-dict file."""
+    from robolearn.registry import load_builtins, lookup
+
+    load_builtins()
+    t, p = lookup("task", task), lookup("policy", policy)
+    env = t.factory(t.config_cls(), None)
+    model = p.factory(env.observation_spec, env.action_spec, p.config_cls(**(overrides or {})))
+    if weights:
+        model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+    runner = ChunkPolicyRunner(model, env.observation_spec, env.action_spec.dim)
+    env.close()
+    return runner
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--task", required=True)
+    ap.add_argument("--policy", required=True)
+    ap.add_argument("--weights", help="state dict file (torch.save) for the policy")
+    ap.add_argument("--policy-config", default="{}", help="JSON of policy config fields, e.g. '{\"chunk_horizon\": 8}'")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0, help="0 = a free port")
+    ap.add_argument("--endpoint-file", help="write {\"endpoint\": ...} here once bound")
+    ap.add_argument("--weights-endpoint", help="the learner's weight PUB endpoint to follow")
+    ap.add_argument("--max-batch", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads for the forward pass")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    runner = build_runner(args.task, args.policy, args.weights, json.loads(args.policy_config))
+    server = PolicyServer(runner, args.host, args.port, args.max_batch, args.weights_endpoint)
+    if args.endpoint_file:
+        tmp = Path(args.endpoint_file + ".tmp")
+        tmp.write_text(json.dumps({"endpoint": server.endpoint, "pid": os.getpid()}))
+        tmp.replace(args.endpoint_file)
+    print(f"policy server on {server.endpoint} ({args.task}, {args.policy})", flush=True)
+    stopping = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopping.append(1))
+    t_last = time.monotonic()
+    while not stopping:
+        server.serve_once(100)
+        if time.monotonic() - t_last > 10:
+            t_last = time.monotonic()
+            print(f"served {server.requests} requests in {server.batches} batches, v{runner.version}, "
+                  f"rejected {server.rejects.total}", flush=True)
+    server.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""Behaviour-cloning pretraining of chunk policies from demonstrations.
+
+Demos become (state, chunk) pairs: the state at tick t and the next H actions a_t..a_{t+H-1},
+normalised to [-1, 1]; a chunk running past the episode end is padded with the hold action (no
+change) and those positions are masked out of the loss. The policy's own ``loss`` does the rest
+(for the flow policy: prefix-masked flow matching).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass
+class ChunkDataset:
+    states: np.ndarray   # (N, S) float32
+    chunks: np.ndarray   # (N, H, A) float32, normalised
+    valid: np.ndarray    # (N, H) float32, 1 where the chunk position is a real demo action
+    episodes: int
+    successes: int
+
+
+def chunk_pairs(states: list[np.ndarray], actions: list[np.ndarray], horizon: int) -> tuple[np.ndarray, ...]:
+    """One episode's states (T, S) and normalised actions (T, A) -> states, chunks (T, H, A), valid (T, H)."""
+    s, a = np.asarray(states, np.float32), np.asarray(actions, np.float32)
+    t_len, dim = a.shape
+    padded = np.concatenate([a, np.zeros((horizon, dim), np.float32)])
+    idx = np.arange(t_len)[:, None] + np.arange(horizon)[None, :]
+    return s, padded[idx], (idx < t_len).astype(np.float32)
+
+
+def expert_demos(env, episodes: int, horizon: int, seed: int = 0) -> ChunkDataset:
+    """Run the env's scripted expert for ``episodes`` seeded episodes and cut them into chunks."""
+    all_s, all_c, all_v, successes = [], [], [], 0
+    for ep in range(episodes):
+        obs, _ = env.reset(seed=seed + ep)
+        states, actions, done, info = [], [], False, {}
+        while not done:
+            action = env.expert_action()
+            states.append(obs["state"])
+            actions.append(env.action_spec.to_normalised(action))
+            obs, _, terminated, truncated, info = env.step(action)
+            done = terminated or truncated
+        successes += int(bool(info.get("success")))
+        s, c, v = chunk_pairs(states, actions, horizon)
+        all_s.append(s), all_c.append(c), all_v.append(v)
+    return ChunkDataset(np.concatenate(all_s), np.concatenate(all_c), np.concatenate(all_v), episodes, successes)
+
+
+def train_bc(policy: torch.nn.Module, data: ChunkDataset, steps: int, batch_size: int = 256, lr: float = 1e-3,
+             seed: int = 0, log_every: int = 0) -> list[float]:
+    """Adam on the policy's per-example ``loss(state, chunk, valid=...)``; returns the loss per step."""
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    states = torch.as_tensor(data.states)
+    chunks = torch.as_tensor(data.chunks)
+    valid = torch.as_tensor(data.valid)
+    opt = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=1e-4)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps, eta_min=lr * 0.05)
+    policy.train()
+    losses, t0 = [], time.perf_counter()
+    for step in range(steps):
+        idx = torch.randint(0, len(states), (batch_size,), generator=gen)
+        loss = policy.loss(states[idx], chunks[idx], valid=valid[idx]).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if log_every and (step + 1) % log_every == 0:
+            print(f"  bc step {step + 1}/{steps}  loss {np.mean(losses[-log_every:]):.4f}  "
+                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    policy.eval()
+    return losses

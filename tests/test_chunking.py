@@ -1,0 +1,165 @@
+"""Queue, scheduler and splicing semantics of the chunk executor, with a scripted policy whose chunks
+are easy to read: action value = 100 * request id + chunk position (1-D actions in robot units)."""
+
+import numpy as np
+import pytest
+
+from robolearn.actor.action_queue import ActionQueue
+from robolearn.actor.chunking import ChunkExecutor, ChunkingConfig, DelayEstimator
+from robolearn.clock import DelaySampler, SimClock
+from robolearn.inference.client import SimulatedLatencyClient
+from robolearn.inference.protocol import ChunkResponse
+from robolearn.specs import ActionSpec, ArraySpec
+
+H = 8
+SPEC = ActionSpec(ArraySpec((1,), low=(-1000.0,), high=(1000.0,)))  # robot units == 1000 * normalised
+
+
+class ScriptedRunner:
+    """Stands in for ChunkPolicyRunner: records requests, returns readable chunks honouring the prefix."""
+
+    def __init__(self):
+        self.requests = []
+
+    def run(self, requests):
+        out = []
+        for r in requests:
+            self.requests.append(r)
+            values = (100.0 * r.request_id + np.arange(H)) / 1000.0
+            chunk = values[:, None].astype(np.float32)
+            chunk[:r.prefix_len] = r.prefix  # a prefix-conditioned policy agrees with the committed actions
+            out.append(ChunkResponse(r.request_id, r.tick, chunk, policy_version=7, prefix_len=r.prefix_len))
+        return out
+
+
+def executor(mode, delay, splice="prefix", **kw):
+    runner = ScriptedRunner()
+    clock = SimClock(DelaySampler("fixed", ticks=delay))
+    ex = ChunkExecutor(SimulatedLatencyClient(runner, clock), SPEC, H,
+                       ChunkingConfig(mode=mode, splice=splice, initial_delay=delay, **kw))
+    return ex, runner
+
+
+def run(ex, ticks, start=0):
+    obs = {"state": np.zeros(3, np.float32)}
+    ex.start_episode(obs, start, wait=lambda: None)
+    out = []
+    for t in range(start, start + ticks):
+        item = ex.tick(t, obs)
+        out.append(None if item is None else round(float(item.action[0])))
+    return out
+
+
+def test_queue_never_returns_an_action_twice_or_out_of_order():
+    q = ActionQueue()
+    q.push_chunk(0, np.arange(5, dtype=np.float32)[:, None], chunk_id=0, policy_version=1)
+    assert q.pop(0).tick == 0
+    with pytest.raises(ValueError, match="already executed"):
+        q.pop(0)
+    # a late chunk cannot re-queue a tick that already ran
+    assert q.replace_from(0, 0, np.ones((3, 1), np.float32), 1, 1, 0) == 2
+    assert q.pop(1).chunk_id == 1 and q.remaining(2) == 3
+
+
+def test_blend_is_lerobots_weighted_average_on_overlap_only():
+    q = ActionQueue()
+    q.push_chunk(0, np.full((4, 1), 10.0, np.float32), chunk_id=0, policy_version=1)
+    q.blend_from(2, 2, np.full((4, 1), 20.0, np.float32), 0.3, chunk_id=1, policy_version=2, delay_ticks=0)
+    got = [float(q.pop(t).action[0]) for t in range(6)]
+    assert got == pytest.approx([10, 10, 0.3 * 10 + 0.7 * 20, 0.3 * 10 + 0.7 * 20, 20, 20])
+
+
+def test_sync_mode_holds_still_for_the_whole_delay():
+    ex, _ = executor("sync", delay=3)
+    out = run(ex, 2 * H + 6)
+    # first chunk at rest; then every empty queue costs exactly `delay` stalled ticks
+    assert out[:H] == list(range(H))
+    assert out[H:H + 3] == [None, None, None]
+    assert out[H + 3:2 * H + 3] == [100 + k for k in range(H)]
+    assert ex.metrics.stalled_ticks == 6
+
+
+def test_naive_async_asks_at_the_threshold_drops_stale_and_blends():
+    ex, runner = executor("naive_async", delay=2, queue_threshold=0.5)
+    out = run(ex, H + 2)
+    # asked when 4 of 8 remained (tick 4); the answer for ticks 4.. arrives at tick 6: 4 and 5 are stale,
+    # ticks 6 and 7 are blended 0.3 old + 0.7 new, ticks 8.. are new
+    assert runner.requests[1].tick == 4 and runner.requests[1].prefix_len == 0
+    assert out[:6] == [0, 1, 2, 3, 4, 5]
+    assert out[6] == round(0.3 * 6 + 0.7 * 102) and out[7] == round(0.3 * 7 + 0.7 * 103)
+    assert out[8:] == [104, 105]
+    assert ex.metrics.stalled_ticks == 0
+
+
+def test_latency_aware_asks_just_in_time_with_the_committed_prefix():
+    ex, runner = executor("latency_aware", delay=3)
+    out = run(ex, 3 * H)
+    second = runner.requests[1]
+    # asked when exactly `delay` actions were left; they are the committed prefix
+    assert second.tick == H - 3 and second.planned_delay == 3
+    np.testing.assert_allclose(second.prefix[:, 0] * 1000, [5, 6, 7], atol=1e-3)
+    # no stall, the committed actions run unchanged, the new chunk takes over right after them
+    assert None not in out and ex.metrics.stalled_ticks == 0
+    assert out[:H] == list(range(H)) and out[H:H + 5] == [103, 104, 105, 106, 107]
+    assert ex.metrics.delays == {3: len(runner.requests) - 1}
+
+
+def test_latency_aware_learns_a_longer_delay_than_it_assumed():
+    runner = ScriptedRunner()
+    clock = SimClock(DelaySampler("fixed", ticks=4))
+    ex = ChunkExecutor(SimulatedLatencyClient(runner, clock), SPEC, H,
+                       ChunkingConfig(mode="latency_aware", initial_delay=1))
+    out = run(ex, 6 * H)
+    assert ex.delay.planned() == 4
+    stalls_late = sum(v is None for v in out[3 * H:])
+    assert ex.metrics.stalled_ticks > 0 and stalls_late == 0  # early misses only, then on time
+
+
+def test_replace_splice_drops_the_stale_head_of_a_late_chunk():
+    ex, _ = executor("latency_aware", delay=2, splice="replace")
+    out = run(ex, H + 2)
+    # the second chunk (asked at tick 6 for ticks 6..) arrives at tick 8: its first two are stale
+    assert out[:H] == list(range(H)) and out[H:] == [102, 103]
+
+
+def test_delay_estimate_is_the_windowed_quantile():
+    est = DelayEstimator(window=10, quantile=0.9, initial=2)
+    assert est.planned() == 2
+    for d in [1] * 9 + [9]:
+        est.add(d)
+    assert est.planned() == 2  # ceil of the 0.9 quantile (1.8)
+    for d in [5] * 10:
+        est.add(d)
+    assert est.planned() == 5  # old samples left the window
+
+
+def test_lost_request_is_resent_after_the_timeout():
+    class BlackHole:
+        submitted = 0
+
+        def submit(self, request):
+            BlackHole.submitted += 1
+
+        def poll(self, tick):
+            return []
+
+    ex = ChunkExecutor(BlackHole(), SPEC, H, ChunkingConfig(request_timeout=5))
+    obs = {"state": np.zeros(3, np.float32)}
+    for t in range(20):
+        assert ex.tick(t, obs) is None  # stalls, never blocks
+    assert ex.metrics.resent == 3 and BlackHole.submitted == 4 and ex.metrics.stalled_ticks == 20
+
+
+@pytest.mark.parametrize("bad", [{"mode": "fast"}, {"splice": "mix"}, {"queue_threshold": 0}, {"delay_quantile": 2}])
+def test_bad_chunking_config_names_the_key(bad):
+    with pytest.raises(ValueError, match=f"chunking.{next(iter(bad))}"):
+        ChunkingConfig(**bad)
+
+
+def test_delay_sampler_is_seeded():
+    a = [DelaySampler("uniform", low=1, high=6, seed=3).sample() for _ in range(1)]
+    s1, s2 = DelaySampler("uniform", low=1, high=6, seed=3), DelaySampler("uniform", low=1, high=6, seed=3)
+    seq1, seq2 = [s1.sample() for _ in range(50)], [s2.sample() for _ in range(50)]
+    assert seq1 == seq2 and set(seq1) == {1, 2, 3, 4, 5, 6} and a[0] == seq1[0]
+    with pytest.raises(ValueError, match="low <= high"):
+        DelaySampler("uniform", low=3, high=1)

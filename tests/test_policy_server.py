@@ -1,0 +1,145 @@
+"""The policy server process: batching, versions, hostile requests, and a restart mid-run."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+import zmq
+
+from robolearn.actor.chunk_loop import hold_action
+from robolearn.actor.chunking import ChunkExecutor, ChunkingConfig
+from robolearn.clock import RealClock
+from robolearn.inference.client import RemoteClient
+from robolearn.inference.protocol import REQUEST, ChunkRequest, request_to_wire
+from robolearn.inference.runner import ChunkPolicyRunner
+from robolearn.inference.server import PolicyServer
+from robolearn.policies.flow_chunk import FlowChunkPolicy, FlowChunkPolicyConfig
+from robolearn.sim.reach import ReachEnv
+from robolearn.transport.sockets import send
+
+POLICY_CFG = {"chunk_horizon": 8, "max_prefix": 4, "hidden_dims": [64, 64], "flow_steps": 4}
+
+
+@pytest.fixture
+def env():
+    e = ReachEnv()
+    yield e
+    e.close()
+
+
+def make_runner(env) -> ChunkPolicyRunner:
+    torch.manual_seed(0)
+    policy = FlowChunkPolicy(env.observation_spec, env.action_spec, FlowChunkPolicyConfig(**POLICY_CFG))
+    return ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim, version=3)
+
+
+def request(env, i, prefix_len=0):
+    obs, _ = env.reset(seed=i)
+    prefix = np.full((prefix_len, 6), 0.5, np.float32)
+    return ChunkRequest(i, 100 + i, obs, prefix, planned_delay=prefix_len, robot_id=f"robot-{i}")
+
+
+def test_concurrent_robots_are_batched_and_get_their_own_chunks(env):
+    server = PolicyServer(make_runner(env))
+    clients = [RemoteClient(server.endpoint, f"robot-{i}") for i in range(4)]
+    try:
+        for i, c in enumerate(clients):
+            c.submit(request(env, i, prefix_len=i))
+        time.sleep(0.2)  # all four are waiting: one forward pass serves them
+        assert server.serve_once(1000) == 4 and server.batch_sizes == [4]
+        for i, c in enumerate(clients):
+            (resp,) = c.poll(0, timeout_ms=2000)
+            assert resp.request_id == i and resp.tick == 100 + i and resp.policy_version == 3
+            assert resp.actions.shape == (8, 6) and resp.prefix_len == i
+            np.testing.assert_allclose(resp.actions[:i], 0.5, atol=1e-6)  # the committed prefix is kept
+    finally:
+        for c in clients:
+            c.close()
+        server.close()
+
+
+def test_bad_requests_are_rejected_and_counted_not_fatal(env):
+    server = PolicyServer(make_runner(env))
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.connect(server.endpoint)
+    try:
+        sock.send_multipart([b"\x80\x04\x95 pickle", b"x"])  # not our wire format
+        req = request(env, 0)
+        meta, arrays = request_to_wire(req)
+        arrays["obs.state"] = np.zeros(5, np.float32)  # wrong shape
+        send(sock, REQUEST, "r", 0, meta, arrays)
+        meta, arrays = request_to_wire(request(env, 1, prefix_len=9))  # prefix longer than the chunk
+        send(sock, REQUEST, "r", 1, meta, arrays)
+        time.sleep(0.2)
+        assert server.serve_once(500) == 0
+        assert server.rejects.total == 3 and "prefix" in server.rejects.last_reason
+        client = RemoteClient(server.endpoint, "good")
+        client.submit(request(env, 2))
+        assert server.serve_once(2000) == 1 and len(client.poll(0, timeout_ms=2000)) == 1
+        client.close()
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+        server.close()
+
+
+def start_server(tmp_path, weights, port=0):
+    endpoint_file = tmp_path / f"server-{time.monotonic_ns()}.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "robolearn.inference.server", "--task", "reach", "--policy", "flow_chunk",
+         "--weights", str(weights), "--policy-config", json.dumps(POLICY_CFG), "--port", str(port),
+         "--endpoint-file", str(endpoint_file)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    deadline = time.monotonic() + 60
+    while not endpoint_file.exists():
+        assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
+        assert time.monotonic() < deadline, "policy server did not start"
+        time.sleep(0.05)
+    return proc, json.loads(endpoint_file.read_text())["endpoint"]
+
+
+@pytest.mark.slow
+def test_server_restart_mid_run_costs_stalls_not_a_crash(env, tmp_path):
+    weights = tmp_path / "policy.pt"
+    torch.save(make_runner(env).policy.state_dict(), weights)
+    proc, endpoint = start_server(tmp_path, weights)
+    port = int(endpoint.rsplit(":", 1)[1])
+    client = RemoteClient(endpoint, "robot-0")
+    executor = ChunkExecutor(client, env.action_spec, 8, ChunkingConfig(mode="latency_aware", request_timeout=10))
+    clock = RealClock(50)
+    obs, _ = env.reset(seed=0)
+    executor.start_episode(obs, 0, wait=lambda: time.sleep(0.001))
+    clock.reset()
+    chunks_before = stalls_before = None
+    try:
+        for tick in range(400):
+            if tick == 100:  # the server dies mid-run
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                chunks_before, stalls_before = executor.metrics.chunks, executor.metrics.stalled_ticks
+            if tick == 160:  # and comes back on the same port
+                proc, _ = start_server(tmp_path, weights, port)
+                clock.reset()  # starting the server process here paused this loop; not the robot's fault
+            if tick == 300:
+                stalls_300 = executor.metrics.stalled_ticks
+            item = executor.tick(tick, obs)
+            obs, _, terminated, truncated, _ = env.step(item.action if item else hold_action(env))
+            if terminated or truncated:
+                obs, _ = env.reset(seed=tick)
+            clock.wait()
+        assert stalls_before == 0
+        assert executor.metrics.stalled_ticks > 0            # the outage cost stalls...
+        assert executor.metrics.chunks > chunks_before + 5   # ...and the actor got chunks again afterwards
+        assert executor.metrics.resent >= 1
+        assert executor.metrics.stalled_ticks == stalls_300  # running normally again
+    finally:
+        client.close()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
