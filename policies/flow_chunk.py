@@ -6,17 +6,21 @@ which is how the committed prefix enters: positions i < d (actions that will exe
 chunk is being computed) are given clean, with tau_i = 1, and the network predicts the rest
 consistent with them. ALGORITHMS.md section 1:
 
-    training    x0 ~ N(0, I), x1 = demo chunk, tau ~ U(0, 1), d ~ U{0..D}
+    training    x0 ~ N(0, I), x1 = demo chunk, tau = 1 - Beta(1.5, 1), d ~ U{0..D}
                 x_tau = tau * x1 + (1 - tau) * x0 for i >= d;  x_i = x1_i and tau_i = 1 for i < d
                 L = sum_i m_i ||v(x_tau, tau, s)_i - (x1 - x0)_i||^2 / max(1, sum_i m_i),  m_i = 1[i >= d]
     sampling    A <- noise; n Euler steps A <- A + v / n, then A <- m * A + (1 - m) * A_prefix
 
-So the prefix is clamped at every integration step and no inference-time guidance is needed. The
-backbone is an MLP over [normalised state; flattened noisy chunk; per-position time features].
+So the prefix is clamped at every integration step and no inference-time guidance is needed.
 
-Units: states as the task's ``state`` vector; actions normalised to [-1, 1] by the action spec
-(``ActionSpec.to_normalised`` / ``to_robot``). Shapes: state (B, S), chunk (B, H, A), prefix
-(B, D, A) with ``prefix_len`` (B,) valid rows.
+Two choices of ours, both measured on push_cube BC (200 demos, 3000 steps, 30 episodes):
+- The flow runs around a state-conditioned centre: a mean head mu(s) is fitted by least squares and
+  the flow models the residual x1 - mu(s) (x1 above is that residual; the prefix is shifted the
+  same way). Without it the same network reached 7-40% success where plain regression reached 87%;
+  with it 77-93%. The flow still carries what a mean cannot (spread, several modes).
+- The network predicts the clean residual (x-prediction, v = (x1_hat - x_tau) / (1 - tau)) and the
+  loss is taken in that space, i.e. the velocity loss weighted by (1 - tau)^2: same minimiser.
+The backbone is an MLP over [normalised state; tau-gated noisy chunk; per-position time features].
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from robolearn.registry import register
 from robolearn.specs import ActionSpec, ObservationSpec
 
 TIME_FREQS = 3  # sin/cos features of each position's flow time
+MIN_REMAINING_TIME = 0.05  # 1 - tau is clamped here when turning a clean-chunk estimate into a velocity
 
 
 @dataclass
@@ -78,12 +83,28 @@ class FlowChunkPolicy(nn.Module):
         self.max_prefix = config.max_prefix
         self.normalise = ObsNormaliser(obs_spec)
         n_chunk = self.horizon * self.action_dim
+        self._time_dist = torch.distributions.Beta(torch.tensor(1.5), torch.tensor(1.0))
+        self.mean_head = mlp([self.obs_dim, *config.hidden_dims, n_chunk])
         self.net = mlp([self.obs_dim + n_chunk + self.horizon * (1 + 2 * TIME_FREQS), *config.hidden_dims, n_chunk])
 
-    def velocity(self, state: torch.Tensor, x: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
-        """v(x_tau, tau, s): state (B, S), x (B, H, A), tau (B, H) -> (B, H, A)."""
-        inp = torch.cat([self.normalise(state), x.flatten(1), time_features(tau)], dim=-1)
+    def denoise(self, state: torch.Tensor, x: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+        """The network's estimate of the clean chunk x1 from x_tau: state (B, S), x (B, H, A), tau (B, H).
+
+        The chunk enters scaled by its flow time (tau * x_tau): near tau = 0 it is mostly noise and the
+        answer must come from the state, near tau = 1 (and for the clean prefix) it is the answer. A
+        ReLU MLP cannot easily learn that multiplicative gate itself (it underfits badly without it)."""
+        gated = (tau.unsqueeze(-1) * x).flatten(1)
+        inp = torch.cat([self.normalise(state), gated, time_features(tau)], dim=-1)
         return self.net(inp).view_as(x)
+
+    def mean_chunk(self, state: torch.Tensor) -> torch.Tensor:
+        """mu(s): the state-conditioned centre of the flow's noise, (B, H, A)."""
+        return self.mean_head(self.normalise(state)).view(-1, self.horizon, self.action_dim)
+
+    def velocity(self, state: torch.Tensor, x: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+        """v(x_tau, tau, s) = (x1_hat - x_tau) / (1 - tau), the flow's velocity, (B, H, A)."""
+        one_minus = (1 - tau).clamp(min=MIN_REMAINING_TIME).unsqueeze(-1)
+        return (self.denoise(state, x, tau) - x) / one_minus
 
     def _pad_prefix(self, prefix: torch.Tensor) -> torch.Tensor:
         """(B, D', A) -> (B, H, A), zero beyond D'."""
@@ -102,16 +123,21 @@ class FlowChunkPolicy(nn.Module):
         b = actions.shape[0]
         if prefix_len is None:
             prefix_len = torch.randint(0, self.max_prefix + 1, (b,), device=actions.device)
+        valid = torch.ones(actions.shape[:2], device=actions.device) if valid is None else valid
+        mu = self.mean_chunk(state)
+        mean_loss = (valid * ((mu - actions) ** 2).sum(-1)).sum(-1) / valid.sum(-1).clamp(min=1.0)
+        residual = actions - mu.detach()                          # the flow runs in residual space
         m = prefix_mask(prefix_len, self.horizon)
-        x0 = torch.randn_like(actions)
-        tau = torch.rand(b, 1, device=actions.device).expand(b, self.horizon)
+        x0 = torch.randn_like(residual)
+        # flow times weighted toward the noisy end (pi0's choice, tau = 1 - Beta(1.5, 1))
+        tau = (1 - self._time_dist.sample((b, 1))).to(actions.device).expand(b, self.horizon)
         tau = m * tau + (1 - m)                                   # prefix positions are clean (tau = 1)
-        x_tau = tau.unsqueeze(-1) * actions + (1 - tau.unsqueeze(-1)) * x0
-        target = actions - x0
-        err = ((self.velocity(state, x_tau, tau) - target) ** 2).sum(-1)  # (B, H)
-        if valid is not None:
-            m = m * valid
-        return (m * err).sum(-1) / m.sum(-1).clamp(min=1.0)
+        x_tau = tau.unsqueeze(-1) * residual + (1 - tau.unsqueeze(-1)) * x0
+        # ||v_hat - (x1 - x0)||^2 = ||x1_hat - x1||^2 / (1 - tau)^2: the velocity loss, weighted by
+        # (1 - tau)^2 so the near-clean times do not dominate (same minimiser per (s, x_tau, tau))
+        err = ((self.denoise(state, x_tau, tau) - residual) ** 2).sum(-1)  # (B, H)
+        m = m * valid
+        return (m * err).sum(-1) / m.sum(-1).clamp(min=1.0) + mean_loss
 
     @torch.no_grad()
     def sample(self, state: torch.Tensor, prefix: torch.Tensor | None = None,
@@ -122,7 +148,8 @@ class FlowChunkPolicy(nn.Module):
         if prefix is None or prefix_len is None:
             prefix = state.new_zeros(b, self.horizon, self.action_dim)
             prefix_len = torch.zeros(b, dtype=torch.long, device=state.device)
-        prefix = self._pad_prefix(prefix)
+        mu = self.mean_chunk(state)
+        prefix = self._pad_prefix(prefix) - mu                     # in residual space
         m = prefix_mask(prefix_len, self.horizon)
         keep = m.unsqueeze(-1)
         x = keep * torch.randn(b, self.horizon, self.action_dim, device=state.device) + (1 - keep) * prefix
@@ -130,12 +157,14 @@ class FlowChunkPolicy(nn.Module):
             tau = m * (k / steps) + (1 - m)
             x = x + self.velocity(state, x, tau) / steps
             x = keep * x + (1 - keep) * prefix                     # clamp the committed prefix
-        return x.clamp(-1.0, 1.0)
+        return (mu + x).clamp(-1.0, 1.0)
 
-    def predict_chunk(self, states: np.ndarray, prefix: np.ndarray, prefix_len: np.ndarray) -> np.ndarray:
-        """The serving interface: states (B, S), prefix (B, D', A) normalised, prefix_len (B,) ->
-        chunks (B, H, A) normalised, as float32 numpy."""
-        out = self.sample(torch.as_tensor(states, dtype=torch.float32), torch.as_tensor(prefix, dtype=torch.float32),
+    def predict_chunk(self, observations: dict[str, np.ndarray], prefix: np.ndarray, prefix_len: np.ndarray,
+                      explore: bool = False) -> np.ndarray:
+        """The serving interface: observations {"state": (B, S)}, prefix (B, D', A) normalised,
+        prefix_len (B,) -> chunks (B, H, A) normalised, as float32 numpy. Always a sample of the flow."""
+        states = torch.as_tensor(observations["state"], dtype=torch.float32)
+        out = self.sample(states, torch.as_tensor(prefix, dtype=torch.float32),
                           torch.as_tensor(prefix_len, dtype=torch.long))
         return out.numpy().astype(np.float32)
 

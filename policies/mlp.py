@@ -119,12 +119,14 @@ class GaussianChunkPolicy(nn.Module):
             a = self.sample(obs)[0]
         return a.reshape(self.horizon, self.action_dim).numpy()
 
-    def predict_chunk(self, states: np.ndarray, prefix: np.ndarray, prefix_len: np.ndarray) -> np.ndarray:
-        """The serving interface (``inference.runner``): states (B, S) -> deterministic chunks (B, H, A).
-        This policy is not prefix-conditioned: the committed prefix is ignored."""
+    def predict_chunk(self, observations: dict[str, np.ndarray], prefix: np.ndarray, prefix_len: np.ndarray,
+                      explore: bool = False) -> np.ndarray:
+        """The serving interface (``inference.runner``): {"state": (B, S)} -> chunks (B, H, A) in [-1, 1],
+        sampled when ``explore`` else the mean. Not prefix-conditioned: the committed prefix is ignored."""
+        obs = torch.as_tensor(observations["state"], dtype=torch.float32)
         with torch.no_grad():
-            mean = torch.tanh(self(torch.as_tensor(states, dtype=torch.float32))[0])
-        return mean.reshape(-1, self.horizon, self.action_dim).numpy()
+            a = self.sample(obs)[0] if explore else torch.tanh(self(obs)[0])
+        return a.reshape(-1, self.horizon, self.action_dim).numpy()
 
 
 def make_policy(obs_spec: ObservationSpec, action_spec: ActionSpec, config: MLPPolicyConfig) -> GaussianChunkPolicy:

@@ -9,6 +9,7 @@ inference takes, so runs under delay are deterministic for a seed and faster tha
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,7 +27,8 @@ class RealClock:
         self.period = 1.0 / hz
         self.missed_deadlines = 0
         self.max_late_s = 0.0
-        self.period_errors_s: list[float] = []  # |measured tick period - nominal|, one per tick
+        # |measured tick period - nominal| of the most recent ticks (about 33 min at 50 Hz)
+        self.period_errors_s: deque[float] = deque(maxlen=100_000)
         self.reset()
 
     def wait(self) -> None:

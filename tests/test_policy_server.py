@@ -1,10 +1,6 @@
 """The policy server process: batching, versions, hostile requests, and a restart mid-run."""
 
-import json
-import os
 import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -18,7 +14,7 @@ from robolearn.clock import RealClock
 from robolearn.inference.client import RemoteClient
 from robolearn.inference.protocol import REQUEST, ChunkRequest, request_to_wire
 from robolearn.inference.runner import ChunkPolicyRunner
-from robolearn.inference.server import PolicyServer
+from robolearn.inference.server import PolicyServer, spawn_server
 from robolearn.policies.flow_chunk import FlowChunkPolicy, FlowChunkPolicyConfig
 from robolearn.sim.reach import ReachEnv
 from robolearn.transport.sockets import send
@@ -91,18 +87,7 @@ def test_bad_requests_are_rejected_and_counted_not_fatal(env):
 
 
 def start_server(tmp_path, weights, port=0):
-    endpoint_file = tmp_path / f"server-{time.monotonic_ns()}.json"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "robolearn.inference.server", "--task", "reach", "--policy", "flow_chunk",
-         "--weights", str(weights), "--policy-config", json.dumps(POLICY_CFG), "--port", str(port),
-         "--endpoint-file", str(endpoint_file)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    deadline = time.monotonic() + 60
-    while not endpoint_file.exists():
-        assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
-        assert time.monotonic() < deadline, "policy server did not start"
-        time.sleep(0.05)
-    return proc, json.loads(endpoint_file.read_text())["endpoint"]
+    return spawn_server("reach", "flow_chunk", weights, tmp_path / "server.json", port, POLICY_CFG)
 
 
 @pytest.mark.slow

@@ -36,6 +36,11 @@ class ActionQueue:
         self._items.clear()
         self._last_popped = -1 << 62
 
+    def clear_from(self, tick: int) -> None:
+        """Forget every action queued for ``tick`` and later."""
+        for t in [t for t in self._items if t >= tick]:
+            del self._items[t]
+
     def has(self, tick: int) -> bool:
         return tick in self._items
 

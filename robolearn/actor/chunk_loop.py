@@ -36,7 +36,8 @@ def run_chunked_episode(env, executor: ChunkExecutor, clock, seed: int, tick: in
     torch.manual_seed(seed)  # the flow policy's noise: same seed, same trajectory
     obs, _ = env.reset(seed=seed)
     real = isinstance(clock, RealClock)
-    executor.start_episode(obs, tick, wait=(lambda: time.sleep(0.0005)) if real else (lambda: None))
+    executor.start_episode(obs, tick, wait=(lambda: time.sleep(0.0005)) if real else (lambda: None),
+                           period_s=clock.period if real else 0.0)
     clock.reset()
     stalls0, start = executor.metrics.stalled_ticks, tick
     ret, executed, info = 0.0, [], {}

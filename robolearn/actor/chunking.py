@@ -23,7 +23,9 @@ Units: ticks everywhere; actions in the queue are robot units, the policy sees n
 
 from __future__ import annotations
 
+import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,6 +51,8 @@ class ChunkingConfig:
     initial_delay: int = 2          # ticks assumed before anything was measured
     margin: int = 0                 # extra ticks of slack when asking
     max_prefix: int = 6             # the most committed actions sent (the policy's max_prefix)
+    execute_horizon: int = 0        # s: ask for the next chunk once s actions of this one ran (0 = all H);
+                                    # latency_aware asks earlier when the delay needs it
     request_timeout: int = 100      # ticks without an answer after which a request is re-sent
 
     def __post_init__(self) -> None:
@@ -62,6 +66,8 @@ class ChunkingConfig:
             raise ValueError(f"chunking.old_weight must be in [0, 1], got {self.old_weight}")
         if not 0 < self.delay_quantile <= 1:
             raise ValueError(f"chunking.delay_quantile must be in (0, 1], got {self.delay_quantile}")
+        if self.execute_horizon < 0:
+            raise ValueError(f"chunking.execute_horizon must be >= 0, got {self.execute_horizon}")
         if self.delay_window < 1 or self.initial_delay < 0 or self.margin < 0 or self.max_prefix < 0:
             raise ValueError("chunking.delay_window must be >= 1; initial_delay, margin, max_prefix >= 0")
         if self.request_timeout < 1:
@@ -112,8 +118,9 @@ class ChunkExecutor:
     """One robot's chunk queue, scheduler and splicer around a policy client (``inference.client``)."""
 
     def __init__(self, client, action_spec: ActionSpec, horizon: int, config: ChunkingConfig | None = None,
-                 robot_id: str = "") -> None:
+                 robot_id: str = "", before_request: Callable[[], None] | None = None) -> None:
         self.client = client
+        self.before_request = before_request  # e.g. load the newest weights: each chunk is one version
         self.action_spec = action_spec
         self.horizon = horizon
         self.cfg = config or ChunkingConfig()
@@ -132,11 +139,12 @@ class ChunkExecutor:
         if self._in_flight is not None:
             return False
         remaining = self.queue.remaining(tick)
+        s = self.cfg.execute_horizon or self.horizon
         if self.cfg.mode == "sync":
-            return remaining == 0
+            return remaining <= self.horizon - s
         if self.cfg.mode == "naive_async":
             return remaining / self.horizon <= self.cfg.queue_threshold
-        return remaining <= self.delay.planned() + self.cfg.margin
+        return remaining <= max(self.delay.planned() + self.cfg.margin, self.horizon - s)
 
     def _request(self, tick: int, observation: dict[str, np.ndarray]) -> None:
         planned = self.delay.planned() if self.cfg.mode == "latency_aware" else 0
@@ -148,6 +156,10 @@ class ChunkExecutor:
             committed = committed[:self.queue.remaining(tick)]
             if committed:
                 prefix = self.action_spec.to_normalised(np.stack([c.action for c in committed])).astype(np.float32)
+        if self.cfg.mode == "sync":
+            self.queue.clear_from(tick)  # the robot stops here and waits for the new chunk
+        if self.before_request is not None:
+            self.before_request()
         req = ChunkRequest(self._next_id, tick, observation, prefix, planned, self.robot_id)
         self._next_id += 1
         self._in_flight, self._sent_at = req, tick
@@ -181,12 +193,14 @@ class ChunkExecutor:
             self.queue.replace_from(tick, *args, **tags)
 
     # --- the tick ----------------------------------------------------------------------------------
-    def start_episode(self, observation: dict[str, np.ndarray], tick: int, wait) -> None:
+    def start_episode(self, observation: dict[str, np.ndarray], tick: int, wait, period_s: float = 0.0) -> None:
         """Before an episode's first tick (the robot is at rest): clear the queue and block until a first
-        chunk is in, using ``wait()`` between polls (a sleep, or a no-op under a simulated clock)."""
+        chunk is in, using ``wait()`` between polls (a sleep, or a no-op under a simulated clock). With a
+        real clock's ``period_s`` the wait is also a delay measurement (in ticks) for the scheduler."""
         self.queue.clear()
         self._in_flight = None
         self._request(tick, observation)
+        t0 = time.perf_counter()
         while self._in_flight is not None:
             # at rest time does not count: take the answer whenever it is ready (a simulated clock's
             # answer is due some ticks later, so ask for everything due up to far in the future)
@@ -194,6 +208,8 @@ class ChunkExecutor:
                 self._splice(resp, tick, measure=False)
             if self._in_flight is not None:
                 wait()
+        if period_s > 0:
+            self.delay.add(int(np.ceil((time.perf_counter() - t0) / period_s)))
 
     def tick(self, tick: int, observation: dict[str, np.ndarray]) -> TimedAction | None:
         """The action for ``tick``, or None for a stall (the caller holds the last safe command)."""

@@ -1,15 +1,18 @@
-"""The actor process: one robot's control loop executing action chunks from a tick-tagged queue.
+"""The actor process: one robot's control loop executing action chunks through a ``ChunkExecutor``.
 
     per tick t:
-        if no action is queued for t:            (a chunk boundary)
-            apply the newest received weights   (so a new version starts with a fresh chunk)
-            chunk = policy(obs) -> actions for ticks t .. t+H-1 (tagged with the weights' version)
-        a = queue.pop(t); obs', r, done = env.step(a)
-        record the transition; PUSH a batch every ``send_every`` steps and at the episode end
+        executor.tick(t, obs)       splice arrived chunks; ask for the next one when the scheduler says
+                                    (``runtime.chunking``); pop the action for t (none: a stall, hold)
+        obs', r, done = env.step(a)
+        record the transition (tagged with the chunk, its weight version and delay); PUSH a batch every
+        ``send_every`` steps and at the episode end
 
-Inference runs in-process here (the latency-aware asynchronous runtime replaces this call). In sim
-(``runtime.realtime=false``) the loop runs as fast as the learner's update-to-data ratio allows;
-with ``realtime=true`` it sleeps to the robot's control period, as on hardware.
+The newest received weights are loaded just before each request, so every chunk comes from one
+version. Inference runs in this process: with ``runtime.realtime=false`` under a simulated clock (an
+inference takes ``runtime.inference_delay_ticks`` ticks, and the loop runs as fast as the learner's
+update-to-data ratio allows); with ``realtime=true`` the loop sleeps to the robot's control period, as
+on hardware, and the policy runs inside the tick or, with ``runtime.async_inference=true``, on a
+worker thread while the robot keeps executing (needs chunks longer than the delay in ticks).
 """
 
 from __future__ import annotations
@@ -18,15 +21,17 @@ import os
 import sys
 import time
 
-import numpy as np
 import torch
 import zmq
 
-from robolearn.actor.action_queue import ActionQueue
+from robolearn.actor.chunk_loop import hold_action
+from robolearn.actor.chunking import ChunkExecutor
 from robolearn.actor.weights import WeightSubscriber
-from robolearn.clock import FreeClock, RealClock
+from robolearn.clock import DelaySampler, RealClock, SimClock
 from robolearn.config import RunConfig
 from robolearn.hardware.resources import LeaseClient
+from robolearn.inference.client import SimulatedLatencyClient, ThreadedClient
+from robolearn.inference.runner import ChunkPolicyRunner
 from robolearn.logging.status import read_json, write_json_atomic
 from robolearn.registry import build_task_and_policy
 from robolearn.runtime.process import StopFlag
@@ -46,12 +51,9 @@ class Actor:
         self.robot_id = ""  # the leased resource's name
         self.name = f"actor-{index}"
         self.rejects = RejectCounter()
-        self.queue = ActionQueue()
-        self.stalls = 0
         self.env_steps = 0
         self.episodes = 0
         self.successes = 0
-        self.chunk_id = 0
         self._meta_env_steps: int | None = None
         self._steps_since_meta = 0
 
@@ -115,7 +117,24 @@ class Actor:
             return
         print(f"[{self.name}] got weights v{self.weights.version}; acting on {self.robot_id}", flush=True)
 
-        clock = RealClock(self.env.robot.config.control_hz) if cfg.runtime.realtime else FreeClock()
+        runner = ChunkPolicyRunner(self.policy, self.env.observation_spec, self.env.action_spec.dim,
+                                   version=self.weights.version, explore=True)
+        if cfg.runtime.realtime:
+            clock = RealClock(self.env.robot.config.control_hz)
+            if cfg.runtime.async_inference:  # a worker thread; the loop never waits for the policy
+                client = ThreadedClient(runner, threads=cfg.runtime.actor_threads)
+            else:  # inside the tick: fine while a forward pass is a small part of the control period
+                client = SimulatedLatencyClient(runner, SimClock())
+        else:
+            clock = SimClock(DelaySampler("fixed", ticks=cfg.runtime.inference_delay_ticks))
+            client = SimulatedLatencyClient(runner, clock)
+
+        def newest_weights() -> None:  # before each request: the chunk comes from the newest version
+            if self.weights.apply_pending():
+                runner.version = self.weights.version
+
+        self.executor = ChunkExecutor(client, self.env.action_spec, getattr(self.policy, "horizon", 1),
+                                      cfg.runtime.chunking, self.robot_id, before_request=newest_weights)
         episode_id = int(endpoints["next_episode_id"]) + self.index
         tick = 0
         seq = 0
@@ -124,7 +143,8 @@ class Actor:
             obs, _ = self.env.reset(seed=cfg.seed * 1_000_003 + episode_id)
             t_obs = time.time()  # when the current observation was taken
             writer = TransitionWriter(self.env.observation_spec)
-            self.queue.clear()
+            self.executor.start_episode(obs, tick, wait=lambda: time.sleep(0.0005) if cfg.runtime.realtime else None,
+                                        period_s=clock.period)
             clock.reset()
             for step in range(10**9):
                 if not cfg.runtime.realtime:
@@ -134,16 +154,9 @@ class Actor:
                     self.stop.set()
                 if self.stop:
                     break
-                if not self.queue.has(tick):
-                    self.weights.apply_pending()  # chunk boundary: swap in the newest version
-                    chunk = self.policy.act(obs["state"])
-                    self.queue.push_chunk(tick, self.env.action_spec.to_robot(chunk), self.chunk_id,
-                                          self.weights.version)
-                    self.chunk_id += 1
-                item = self.queue.pop(tick)
-                if item is None:  # cannot happen with in-process inference; counted like a real stall
-                    self.stalls += 1
-                    action = np.zeros(self.env.action_spec.dim, np.float32)
+                item = self.executor.tick(tick, obs)
+                if item is None:  # a stall: hold the last safe command (recorded like any action)
+                    action = hold_action(self.env)
                     item_fields = dict(policy_version=self.weights.version, chunk_id=-1, chunk_index=0,
                                        delay_ticks=0)
                 else:
@@ -179,6 +192,7 @@ class Actor:
                 seq += 1
             episode_id += cfg.runtime.num_actors
         self._write_status(clock, final=True)
+        client.close()
         self.weights.close()
         push.close()  # lingers up to 5 s to deliver queued transitions
         ctx.term()
@@ -190,8 +204,11 @@ class Actor:
             "successes": self.successes, "version": self.weights.version,
             "versions_received": len(self.weights.versions_received),
             "first_version": min(self.weights.versions_received, default=0), "rejected_messages": self.rejects.total,
-            "last_reject": self.rejects.last_reason, "stalled_ticks": self.stalls,
-            "missed_deadlines": clock.missed_deadlines, "pid": os.getpid(), "final": final,
+            "last_reject": self.rejects.last_reason, "missed_deadlines": clock.missed_deadlines,
+            **self.executor.metrics.summary(), "planned_delay_ticks": self.executor.delay.planned(),
+            "p50_period_error_ms": clock.period_error_ms(0.5) if isinstance(clock, RealClock) else 0.0,
+            "p99_period_error_ms": clock.period_error_ms(0.99) if isinstance(clock, RealClock) else 0.0,
+            "pid": os.getpid(), "final": final,
         })
 
 

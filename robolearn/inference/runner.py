@@ -1,8 +1,9 @@
 """Runs a chunk policy on a batch of requests: one forward pass for every robot that asked.
 
-The policy implements ``predict_chunk(states (B, S), prefix (B, D, A), prefix_len (B,)) -> (B, H, A)``
-in normalised action units (``policies.flow_chunk.FlowChunkPolicy``; the Gaussian MLP policy ignores
-the prefix). Requests are validated against the observation spec before they reach the model.
+The policy implements ``predict_chunk(observations {key: (B, ...)}, prefix (B, D, A), prefix_len (B,))
+explore) -> (B, H, A)`` in normalised action units (``policies.flow_chunk.FlowChunkPolicy``; the Gaussian MLP
+policy and lerobot policies ignore the prefix). Requests are validated against the observation spec
+before they reach the model.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from robolearn.specs import ObservationSpec, SpecError
 
 class ChunkPolicyRunner:
     def __init__(self, policy: torch.nn.Module, obs_spec: ObservationSpec, action_dim: int,
-                 version: int = 0) -> None:
+                 version: int = 0, explore: bool = False) -> None:
         self.policy = policy.eval()
+        self.explore = explore  # sample exploratory actions (an RL actor collecting data)
         self.obs_spec = obs_spec
         self.action_dim = action_dim
         self.version = version
@@ -35,14 +37,14 @@ class ChunkPolicyRunner:
 
     def run(self, requests: list[ChunkRequest]) -> list[ChunkResponse]:
         t0 = time.perf_counter()
-        states = np.stack([r.observation["state"] for r in requests]).astype(np.float32)
+        observations = {k: np.stack([r.observation[k] for r in requests]) for k in self.obs_spec.arrays}
         d_max = max(r.prefix_len for r in requests)
         prefix = np.zeros((len(requests), d_max, self.action_dim), np.float32)
         for i, r in enumerate(requests):
             prefix[i, :r.prefix_len] = r.prefix
         lens = np.array([r.prefix_len for r in requests], np.int64)
         with torch.no_grad():
-            chunks = self.policy.predict_chunk(states, prefix, lens)
+            chunks = self.policy.predict_chunk(observations, prefix, lens, explore=self.explore)
         ms = (time.perf_counter() - t0) * 1e3
         return [ChunkResponse(r.request_id, r.tick, chunks[i], self.version, r.prefix_len, ms)
                 for i, r in enumerate(requests)]

@@ -20,10 +20,12 @@ import argparse
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 import zmq
 
@@ -37,8 +39,11 @@ from robolearn.transport.wire import RejectCounter, WireError, decode, encode
 
 class PolicyServer:
     def __init__(self, runner: ChunkPolicyRunner, host: str = "127.0.0.1", port: int = 0, max_batch: int = 32,
-                 weights_endpoint: str | None = None) -> None:
+                 weights_endpoint: str | None = None, extra_latency_ms: tuple[float, float] | None = None,
+                 seed: int = 0) -> None:
         self.runner = runner
+        self.extra_latency_ms = extra_latency_ms
+        self._rng = np.random.default_rng(seed)
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
@@ -86,7 +91,11 @@ class PolicyServer:
         batch = self._drain()
         if not batch:
             return 0
+        t0 = time.perf_counter()
         responses = self.runner.run([req for _, req in batch])
+        if self.extra_latency_ms is not None:  # emulate a heavier model: the answer takes this long in all
+            total_s = self._rng.uniform(*self.extra_latency_ms) / 1e3
+            time.sleep(max(0.0, total_s - (time.perf_counter() - t0)))
         for (identity, _), resp in zip(batch, responses):
             meta, arrays = response_to_wire(resp)
             self.sock.send_multipart([identity, *encode(RESPONSE, "policy-server", resp.request_id, meta, arrays)],
@@ -118,6 +127,31 @@ def build_runner(task: str, policy: str, weights: str | None, overrides: dict | 
     return runner
 
 
+def spawn_server(task: str, policy: str, weights: str | None, endpoint_file: Path, port: int = 0,
+                 policy_config: dict | None = None, extra_args: list[str] | None = None,
+                 timeout_s: float = 120.0) -> tuple[subprocess.Popen, str]:
+    """Start ``python -m robolearn.inference.server`` and wait until it is bound; returns (process, endpoint).
+    Its output goes to ``endpoint_file`` with the suffix ``.log``."""
+    endpoint_file = Path(endpoint_file)
+    endpoint_file.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "robolearn.inference.server", "--task", task, "--policy", policy,
+           "--policy-config", json.dumps(policy_config or {}), "--port", str(port),
+           "--endpoint-file", str(endpoint_file), *(["--weights", str(weights)] if weights else []),
+           *(extra_args or [])]
+    log = open(endpoint_file.with_suffix(".log"), "ab")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout_s
+    while not endpoint_file.exists():
+        if proc.poll() is not None:
+            raise RuntimeError(f"policy server exited with {proc.returncode}: "
+                               f"{endpoint_file.with_suffix('.log').read_text()[-2000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise TimeoutError(f"policy server not bound after {timeout_s:.0f} s")
+        time.sleep(0.05)
+    return proc, json.loads(endpoint_file.read_text())["endpoint"]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", required=True)
@@ -130,10 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--weights-endpoint", help="the learner's weight PUB endpoint to follow")
     ap.add_argument("--max-batch", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1, help="torch threads for the forward pass")
+    ap.add_argument("--extra-latency-ms", type=float, nargs=2, metavar=("LOW", "HIGH"),
+                    help="answer each batch after a uniform draw in [LOW, HIGH] ms (emulates a heavier model)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     runner = build_runner(args.task, args.policy, args.weights, json.loads(args.policy_config))
-    server = PolicyServer(runner, args.host, args.port, args.max_batch, args.weights_endpoint)
+    server = PolicyServer(runner, args.host, args.port, args.max_batch, args.weights_endpoint,
+                          tuple(args.extra_latency_ms) if args.extra_latency_ms else None)
     if args.endpoint_file:
         tmp = Path(args.endpoint_file + ".tmp")
         tmp.write_text(json.dumps({"endpoint": server.endpoint, "pid": os.getpid()}))

@@ -33,8 +33,13 @@ def chunk_pairs(states: list[np.ndarray], actions: list[np.ndarray], horizon: in
     return s, padded[idx], (idx < t_len).astype(np.float32)
 
 
-def expert_demos(env, episodes: int, horizon: int, seed: int = 0) -> ChunkDataset:
-    """Run the env's scripted expert for ``episodes`` seeded episodes and cut them into chunks."""
+def expert_demos(env, episodes: int, horizon: int, seed: int = 0, action_noise: float = 0.0) -> ChunkDataset:
+    """Run the env's scripted expert for ``episodes`` seeded episodes and cut them into chunks.
+
+    ``action_noise`` > 0 (normalised units) executes ``expert + N(0, noise)`` while recording the expert's
+    own action as the label (DART): the demos then show how to recover from small mistakes, which a
+    cloned policy makes."""
+    rng = np.random.default_rng(seed)
     all_s, all_c, all_v, successes = [], [], [], 0
     for ep in range(episodes):
         obs, _ = env.reset(seed=seed + ep)
@@ -42,7 +47,11 @@ def expert_demos(env, episodes: int, horizon: int, seed: int = 0) -> ChunkDatase
         while not done:
             action = env.expert_action()
             states.append(obs["state"])
-            actions.append(env.action_spec.to_normalised(action))
+            label = env.action_spec.to_normalised(action)
+            actions.append(label)
+            if action_noise > 0:
+                noisy = np.clip(label + rng.normal(0.0, action_noise, label.shape), -1, 1)
+                action = env.action_spec.to_robot(noisy.astype(np.float32))
             obs, _, terminated, truncated, info = env.step(action)
             done = terminated or truncated
         successes += int(bool(info.get("success")))

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -21,6 +21,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from robolearn.actor.chunking import ChunkingConfig
 from robolearn.config import RunConfig
 from robolearn.hardware.resources import LeaseManager, resources_for
 from robolearn.logging.status import read_json, write_json_atomic
@@ -48,6 +49,9 @@ class LocalRuntimeConfig:
     startup_timeout_s: float = 120.0
     shutdown_timeout_s: float = 30.0
     live_console: bool = True
+    chunking: ChunkingConfig = field(default_factory=ChunkingConfig)  # how actors ask for and splice chunks
+    inference_delay_ticks: int = 0  # sim (realtime=false) only: each inference takes this many ticks
+    async_inference: bool = False   # realtime: run the policy on a worker thread instead of inside the tick
 
     def __post_init__(self) -> None:
         for key in ("num_actors", "send_every", "learner_threads", "actor_threads"):
@@ -58,6 +62,8 @@ class LocalRuntimeConfig:
                              "CurveZMQ keys, which this version cannot configure yet; keep runtime.host=127.0.0.1")
         if self.prefetch_batches < 0:
             raise ValueError(f"runtime.prefetch_batches must be >= 0, got {self.prefetch_batches}")
+        if self.inference_delay_ticks < 0:
+            raise ValueError(f"runtime.inference_delay_ticks must be >= 0, got {self.inference_delay_ticks}")
         if self.max_steps_ahead < 0:
             raise ValueError(f"runtime.max_steps_ahead must be >= 0, got {self.max_steps_ahead}")
 
@@ -231,8 +237,12 @@ def _summary(run: RunDir, procs: dict, wall_s: float, stop_reason: str, failure:
         "updates_per_s": ln.get("updates_per_s", 0.0), "policy_version": ln.get("version", 0),
         "buffer_records": ln.get("buffer_records", 0), "rejected_messages": ln.get("rejected_messages", 0),
         "resumed_from": ln.get("resumed_from"),
-        "actors": [{k: a.get(k) for k in ("robot_id", "env_steps", "episodes", "versions_received",
-                                          "stalled_ticks", "rejected_messages")} for a in status["actors"]],
+        "stalled_ticks": sum(a.get("stalled_ticks", 0) for a in status["actors"]),
+        "p99_period_error_ms": max((a.get("p99_period_error_ms", 0.0) for a in status["actors"]), default=0.0),
+        "chunk_utilisation": min((a.get("chunk_utilisation", 0.0) for a in status["actors"]), default=0.0),
+        "actors": [{k: a.get(k) for k in ("robot_id", "env_steps", "episodes", "versions_received", "stalled_ticks",
+                                          "p50_period_error_ms", "p99_period_error_ms", "chunk_utilisation",
+                                          "delay_histogram", "rejected_messages")} for a in status["actors"]],
     }
 
 
@@ -243,6 +253,8 @@ def _print_summary(console: Console, s: dict) -> None:
         ("env_steps", "env steps", "{}"), ("episodes", "episodes", "{}"),
         ("success_rate_last_50", "success (last 50 episodes)", "{:.0%}"), ("updates", "learner updates", "{}"),
         ("policy_version", "policy version", "{}"), ("buffer_records", "buffer records on disk", "{}"),
+        ("stalled_ticks", "stalled ticks", "{}"), ("p99_period_error_ms", "tick period error p99", "{:.2f} ms"),
+        ("chunk_utilisation", "chunk utilisation", "{:.2f}"),
         ("rejected_messages", "rejected messages", "{}"), ("run_dir", "run directory", "{}"),
     ):
         table.add_row(label, fmt.format(s.get(key)))

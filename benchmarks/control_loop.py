@@ -1,0 +1,115 @@
+"""A real-time control loop at 50 Hz under slow inference: stalls and tick period error per mode.
+
+    make bench-control-loop        (python benchmarks/control_loop.py [--ticks 10000])
+
+The robot is the MuJoCo SO-101 (reach scene, stepped once per tick) driven by a ``ChunkExecutor`` under a
+``RealClock`` at 50 Hz. The policy runs in a separate policy-server process (as deployed) and each
+answer is delayed to a uniform draw between 0.5 and 0.75 of a chunk's execution time (H = 20 ticks =
+400 ms, so 200-300 ms: the jitter). Modes run one after the other on the same settings:
+
+    latency_aware   asks when the queue would run out within the 0.95 quantile of measured delays
+    naive_async     lerobot's rule: asks when queued / H <= 0.5
+
+Goals (latency-aware): ``stalled_ticks`` == 0 and ``p99_period_error_ms`` <= 2. The policy is a
+randomly initialised flow chunk policy: what it outputs does not matter here, only when it arrives.
+One episode lasts the whole run (no resets inside the timed ticks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import goal, write_result  # noqa: E402
+
+from robolearn.actor.chunk_loop import hold_action  # noqa: E402
+from robolearn.actor.chunking import ChunkExecutor, ChunkingConfig  # noqa: E402
+from robolearn.clock import RealClock  # noqa: E402
+from robolearn.inference.client import RemoteClient  # noqa: E402
+from robolearn.inference.server import spawn_server  # noqa: E402
+from robolearn.policies.flow_chunk import FlowChunkPolicy, FlowChunkPolicyConfig  # noqa: E402
+from robolearn.sim.reach import ReachConfig, ReachEnv  # noqa: E402
+from robolearn.sim.so101 import SimSO101Config  # noqa: E402
+
+HZ, H = 50, 20
+POLICY = {"chunk_horizon": H, "max_prefix": 16, "hidden_dims": [256, 256], "flow_steps": 10}
+
+
+def run_mode(mode: str, ticks: int, endpoint: str) -> dict:
+    env = ReachEnv(ReachConfig(episode_ticks=10 * ticks, success_radius=1e-9), SimSO101Config(control_hz=HZ))
+    client = RemoteClient(endpoint, f"robot-{mode}")
+    cfg = ChunkingConfig(mode=mode, splice="prefix", max_prefix=POLICY["max_prefix"], delay_quantile=0.95)
+    executor = ChunkExecutor(client, env.action_spec, H, cfg)
+    clock = RealClock(HZ)
+    obs, _ = env.reset(seed=0)
+    executor.start_episode(obs, 0, wait=lambda: time.sleep(0.0005), period_s=clock.period)
+    clock.reset()
+    step_ms = []
+    t0 = time.perf_counter()
+    for tick in range(ticks):
+        t_tick = time.perf_counter()
+        item = executor.tick(tick, obs)
+        obs, _, _, _, _ = env.step(item.action if item is not None else hold_action(env))
+        step_ms.append((time.perf_counter() - t_tick) * 1e3)
+        clock.wait()
+    wall = time.perf_counter() - t0
+    client.close()
+    env.close()
+    m = executor.metrics.summary()
+    return {"mode": mode, "ticks": ticks, "wall_s": round(wall, 2), "stalled_ticks": m["stalled_ticks"],
+            "p50_period_error_ms": round(clock.period_error_ms(0.5), 4),
+            "p99_period_error_ms": round(clock.period_error_ms(0.99), 4),
+            "max_period_error_ms": round(clock.period_error_ms(1.0), 3),
+            "missed_deadlines": clock.missed_deadlines, "p99_tick_work_ms": round(float(np.quantile(step_ms, 0.99)), 3),
+            "planned_delay_ticks": executor.delay.planned(), **{k: m[k] for k in
+                                                                ("requests", "delay_histogram", "chunk_utilisation")}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ticks", type=int, default=10_000)
+    args = ap.parse_args()
+    env = ReachEnv()
+    torch.manual_seed(0)
+    policy = FlowChunkPolicy(env.observation_spec, env.action_spec, FlowChunkPolicyConfig(**POLICY))
+    env.close()
+    chunk_s = H / HZ
+    latency_ms = (0.5 * chunk_s * 1e3, 0.75 * chunk_s * 1e3)
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        weights = Path(tmp) / "policy.pt"
+        torch.save(policy.state_dict(), weights)
+        proc, endpoint = spawn_server("reach", "flow_chunk", str(weights), Path(tmp) / "server.json", 0, POLICY,
+                                      ["--extra-latency-ms", str(latency_ms[0]), str(latency_ms[1])])
+        try:
+            for mode in ("latency_aware", "naive_async"):
+                print(f"{mode}: {args.ticks} ticks at {HZ} Hz ({args.ticks / HZ:.0f} s)...", flush=True)
+                results.append(run_mode(mode, args.ticks, endpoint))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+    print(f"\n{'mode':>14} {'stalled':>8} {'p50 err ms':>11} {'p99 err ms':>11} {'max err ms':>11} {'util':>6}")
+    for r in results:
+        print(f"{r['mode']:>14} {r['stalled_ticks']:>8} {r['p50_period_error_ms']:>11.3f} "
+              f"{r['p99_period_error_ms']:>11.3f} {r['max_period_error_ms']:>11.3f} {r['chunk_utilisation']:>6.2f}")
+    la = results[0]
+    command = "make bench-control-loop" + ("" if args.ticks == 10_000 else f" (--ticks {args.ticks})")
+    path = write_result(
+        "control_loop", command,
+        [goal("stalled_ticks", la["stalled_ticks"], "<=", 0),
+         goal("p99_period_error_ms", la["p99_period_error_ms"], "<=", 2.0)],
+        modes=results, settings={"hz": HZ, "chunk_horizon": H, "inference_latency_ms": list(latency_ms),
+                                 "policy": POLICY, "transport": "policy server process, zmq DEALER/ROUTER"})
+    print(f"\nlatency_aware: stalled_ticks {la['stalled_ticks']} (goal 0), p99 period error "
+          f"{la['p99_period_error_ms']:.3f} ms (goal <= 2) -> {path}")
+
+
+if __name__ == "__main__":
+    main()
