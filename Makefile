@@ -9,7 +9,8 @@ export MUJOCO_GL := egl
 MINUTES ?= 3
 PYTEST := $(VENV)/bin/python -m pytest
 
-.PHONY: setup run test test-all bench bench-reach bench-buffer bench-experts lint clean
+.PHONY: setup run test test-all bench bench-reach bench-buffer bench-experts bench-delay-sweep bench-control-loop \
+	bench-inference-rtt lint clean
 
 setup: $(VENV)/.installed
 
@@ -42,7 +43,16 @@ bench-buffer: setup
 bench-experts: setup
 	$(VENV)/bin/python benchmarks/experts.py $(ARGS)
 
-bench: bench-reach bench-buffer bench-experts
+bench-delay-sweep: setup
+	$(VENV)/bin/python benchmarks/delay_sweep.py $(ARGS)
+
+bench-control-loop: setup
+	$(VENV)/bin/python benchmarks/control_loop.py $(ARGS)
+
+bench-inference-rtt: setup
+	HF_HUB_OFFLINE=1 $(VENV)/bin/python benchmarks/inference_rtt.py $(ARGS)
+
+bench: bench-reach bench-buffer bench-experts bench-delay-sweep bench-control-loop bench-inference-rtt
 
 lint: setup
 	$(VENV)/bin/ruff check robolearn hardware sim policies apps tests benchmarks

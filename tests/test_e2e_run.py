@@ -39,6 +39,9 @@ def test_short_run_learns_asynchronously_and_leaves_a_complete_run_dir(tmp_path)
                    "/robot/sim_so101-0/reward", "/learner/critic_loss", "/learner/actor_loss", "/learner/alpha"):
         assert entity in out.stdout, f"{entity} missing from run.rrd\n{context}"
     assert (run / "config.yaml").exists() and (run / "metrics.jsonl").stat().st_size > 0
+    actor_rrd = subprocess.run([str(BIN / "rerun"), "rrd", "print", "-v", str(run / "actor-0.rrd")],
+                               capture_output=True, text=True, timeout=120)
+    assert "/robot/sim_so101-0/chunk" in actor_rrd.stdout, actor_rrd.stderr + context  # predicted chunks
 
     # the buffer CLI reads the same run
     info = robolearn(["buffer", "info", str(run), "--json"], cwd=tmp_path, timeout=120)
@@ -53,3 +56,21 @@ def test_short_run_learns_asynchronously_and_leaves_a_complete_run_dir(tmp_path)
     assert ev.returncode == 0, ev.stderr + context
     assert "over 3 episodes" in ev.stdout and f"policy v{summary['policy_version']}" in ev.stdout, ev.stdout + context
     assert not figures["problems"]
+
+
+def test_run_under_inference_delay_executes_chunks_without_stalls(tmp_path):
+    """A 3-tick inference delay on the simulated clock with 8-action chunks: the latency-aware executor asks
+    early enough that the robot never waits, and every transition records the measured delay."""
+    r = robolearn(["run", *fast_run_overrides("delay", 0.4), "policy.chunk_horizon=8",
+                   "runtime.inference_delay_ticks=3", "runtime.chunking.initial_delay=3",
+                   "runtime.chunking.execute_horizon=4"], cwd=tmp_path, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    run = tmp_path / "runs" / "delay"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["ok"] and summary["env_steps"] > 200, summary
+    assert summary["stalled_ticks"] == 0, summary
+    actor = summary["actors"][0]
+    assert set(actor["delay_histogram"]) == {"3"} and 0 < summary["chunk_utilisation"] < 1, actor
+    delays = np.concatenate([b["delay_ticks"] for b in read_buffer(run)])
+    # the first chunk of an episode is computed at rest (delay 0); all others took the 3 ticks
+    assert set(delays.tolist()) == {0, 3} and (delays == 3).mean() > 0.5

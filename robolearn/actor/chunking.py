@@ -118,9 +118,11 @@ class ChunkExecutor:
     """One robot's chunk queue, scheduler and splicer around a policy client (``inference.client``)."""
 
     def __init__(self, client, action_spec: ActionSpec, horizon: int, config: ChunkingConfig | None = None,
-                 robot_id: str = "", before_request: Callable[[], None] | None = None) -> None:
+                 robot_id: str = "", before_request: Callable[[], None] | None = None,
+                 on_chunk: Callable[[int, np.ndarray], None] | None = None) -> None:
         self.client = client
         self.before_request = before_request  # e.g. load the newest weights: each chunk is one version
+        self.on_chunk = on_chunk              # (start tick, (H, A) robot units) of each chunk received
         self.action_spec = action_spec
         self.horizon = horizon
         self.cfg = config or ChunkingConfig()
@@ -179,6 +181,8 @@ class ChunkExecutor:
         self.policy_version = resp.policy_version
         actions = self.action_spec.to_robot(np.asarray(resp.actions, np.float32))
         self.last_chunk = (resp.tick, actions)
+        if self.on_chunk is not None:
+            self.on_chunk(resp.tick if self.cfg.mode != "sync" else tick, actions)
         # sync: the robot held still while the policy thought, so the chunk starts when it arrives
         start = tick if self.cfg.mode == "sync" else resp.tick
         args = (start, actions)

@@ -32,6 +32,7 @@ from robolearn.config import RunConfig
 from robolearn.hardware.resources import LeaseClient
 from robolearn.inference.client import SimulatedLatencyClient, ThreadedClient
 from robolearn.inference.runner import ChunkPolicyRunner
+from robolearn.logging.recording import Recording
 from robolearn.logging.status import read_json, write_json_atomic
 from robolearn.registry import build_task_and_policy
 from robolearn.runtime.process import StopFlag
@@ -133,8 +134,10 @@ class Actor:
             if self.weights.apply_pending():
                 runner.version = self.weights.version
 
+        recording = Recording(self.run.root, cfg.run_name, self.run.root / f"{self.name}.rrd")
         self.executor = ChunkExecutor(client, self.env.action_spec, getattr(self.policy, "horizon", 1),
-                                      cfg.runtime.chunking, self.robot_id, before_request=newest_weights)
+                                      cfg.runtime.chunking, self.robot_id, before_request=newest_weights,
+                                      on_chunk=lambda start, chunk: recording.log_chunk(self.robot_id, start, chunk))
         episode_id = int(endpoints["next_episode_id"]) + self.index
         tick = 0
         seq = 0
@@ -157,6 +160,7 @@ class Actor:
                 item = self.executor.tick(tick, obs)
                 if item is None:  # a stall: hold the last safe command (recorded like any action)
                     action = hold_action(self.env)
+                    recording.log_stall(self.robot_id, tick)
                     item_fields = dict(policy_version=self.weights.version, chunk_id=-1, chunk_index=0,
                                        delay_ticks=0)
                 else:
@@ -193,6 +197,7 @@ class Actor:
             episode_id += cfg.runtime.num_actors
         self._write_status(clock, final=True)
         client.close()
+        recording.close()
         self.weights.close()
         push.close()  # lingers up to 5 s to deliver queued transitions
         ctx.term()

@@ -3,10 +3,14 @@
 Entities (one scalar series per element, batched with ``send_columns``):
 - ``robot/<robot_id>/observation/state`` on the ``tick`` timeline (control ticks),
 - ``robot/<robot_id>/action`` (executed action, robot units), ``robot/<robot_id>/reward``,
-- ``learner/<metric>`` (losses, temperature, ...) on the ``learner_step`` timeline.
+- ``learner/<metric>`` (losses, temperature, ...) on the ``learner_step`` timeline,
+- ``robot/<robot_id>/chunk`` (each received chunk's predicted actions at the ticks they were meant
+  for) and ``robot/<robot_id>/stalled`` (1 at a stalled tick), from the actor, on the ``tick`` timeline:
+  plotted with ``action`` they show predicted chunks against what was executed.
 
-The learner owns the recording: every transition passes through it anyway, so one process writes
-one file and nothing is logged twice. A resumed run starts a new segment file ``run.<k>.rrd`` next to
+The learner owns ``run.rrd``: every transition passes through it anyway, so nothing is logged twice.
+Each actor writes what only it knows to ``actor-<i>.rrd`` under the same recording id, so
+``rerun runs/<name>/*.rrd`` shows one merged recording. A resumed run starts a new segment file ``run.<k>.rrd`` next to
 the first one, so no earlier recording is overwritten.
 """
 
@@ -31,8 +35,8 @@ def recording_path(run_dir: Path) -> Path:
 
 
 class Recording:
-    def __init__(self, run_dir: Path, run_name: str) -> None:
-        self.path = recording_path(run_dir)
+    def __init__(self, run_dir: Path, run_name: str, path: Path | None = None) -> None:
+        self.path = path or recording_path(run_dir)
         self.stream = rr.RecordingStream("robolearn", recording_id=run_name)
         self.stream.save(str(self.path))
 
@@ -47,6 +51,17 @@ class Recording:
         rr.send_columns(f"{base}/reward", indexes=[ticks],
                         columns=rr.Scalars.columns(scalars=arrays["reward"].astype(np.float64)),
                         recording=self.stream)
+
+    def log_chunk(self, robot_id: str, start_tick: int, actions: np.ndarray) -> None:
+        """A chunk's actions (H, A), robot units, at ticks start_tick .. start_tick + H - 1."""
+        n, d = actions.shape
+        ticks = rr.TimeColumn("tick", sequence=np.arange(start_tick, start_tick + n))
+        col = rr.Scalars.columns(scalars=actions.astype(np.float64).reshape(-1)).partition([d] * n)
+        rr.send_columns(f"robot/{robot_id}/chunk", indexes=[ticks], columns=col, recording=self.stream)
+
+    def log_stall(self, robot_id: str, tick: int) -> None:
+        self.stream.set_time("tick", sequence=tick)
+        self.stream.log(f"robot/{robot_id}/stalled", rr.Scalars(1.0))
 
     def log_learner(self, step: int, metrics: dict[str, float]) -> None:
         self.stream.set_time("learner_step", sequence=step)
