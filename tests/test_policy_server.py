@@ -86,6 +86,44 @@ def test_bad_requests_are_rejected_and_counted_not_fatal(env):
         server.close()
 
 
+def test_server_follows_the_learners_weight_versions(env):
+    from robolearn.learner.loop import weights_arrays
+    from robolearn.transport.sockets import bind_random_port
+
+    ctx = zmq.Context()
+    pub = ctx.socket(zmq.PUB)
+    endpoint = bind_random_port(pub)
+    runner = make_runner(env)
+    server = PolicyServer(runner, weights_endpoint=endpoint)
+    client = RemoteClient(server.endpoint, "robot-0")
+    try:
+        newer = make_runner(env).policy
+        with torch.no_grad():
+            for p in newer.parameters():
+                p.add_(0.5)
+        deadline = time.monotonic() + 10
+        version = 0
+        while version != 5:  # PUB/SUB joins asynchronously: publish until the server has taken it
+            assert time.monotonic() < deadline, "server never applied the published weights"
+            send(pub, "weights", "learner", 5, {"version": 5}, weights_arrays(newer))
+            client.submit(request(env, 0))
+            server.serve_once(500)
+            (resp,) = client.poll(0, timeout_ms=2000)
+            version = resp.policy_version
+        for a, b in zip(runner.policy.parameters(), newer.parameters()):
+            assert torch.equal(a, b)
+        send(pub, "weights", "learner", 6, {"version": 6}, {"not": np.zeros(3, np.float32)})  # wrong names
+        time.sleep(0.2)
+        client.submit(request(env, 1))
+        server.serve_once(500)
+        assert client.poll(0, timeout_ms=2000)[0].policy_version == 5 and server.rejects.total >= 1
+    finally:
+        client.close()
+        server.close()
+        pub.close(linger=0)
+        ctx.term()
+
+
 def start_server(tmp_path, weights, port=0):
     return spawn_server("reach", "flow_chunk", weights, tmp_path / "server.json", port, POLICY_CFG)
 
