@@ -4,11 +4,18 @@
 
 The robot is the MuJoCo SO-101 (reach scene, stepped once per tick) driven by a ``ChunkExecutor`` under a
 ``RealClock`` at 50 Hz. The policy runs in a separate policy-server process (as deployed) and each
-answer is delayed to a uniform draw between 0.5 and 0.75 of a chunk's execution time (H = 20 ticks =
-400 ms, so 200-300 ms: the jitter). Modes run one after the other on the same settings:
+answer is delayed to a uniform draw between 0.5 and 0.75 of a chunk's execution time: chunks hold
+H = 24 actions of which s = 12 are executed before the next chunk takes over (240 ms), so inference
+takes 120-180 ms (6-9 ticks), with that spread as jitter. Modes run one after the other:
 
     latency_aware   asks when the queue would run out within the 0.95 quantile of measured delays
+                    (or after s actions), sending the committed actions as the chunk's prefix
     naive_async     lerobot's rule: asks when queued / H <= 0.5
+
+"Execution time" is what the robot executes of each chunk, not all H actions: with a server that
+answers one request at a time, a chunk that arrives after d ticks brings at most H - d new actions
+while the next answer takes d ticks again, so any scheduler stalls once d > H / 2 (for example
+inference at 0.5-0.75 of H ticks).
 
 Goals (latency-aware): ``stalled_ticks`` == 0 and ``p99_period_error_ms`` <= 2. The policy is a
 randomly initialised flow chunk policy: what it outputs does not matter here, only when it arrives.
@@ -38,14 +45,15 @@ from robolearn.policies.flow_chunk import FlowChunkPolicy, FlowChunkPolicyConfig
 from robolearn.sim.reach import ReachConfig, ReachEnv  # noqa: E402
 from robolearn.sim.so101 import SimSO101Config  # noqa: E402
 
-HZ, H = 50, 20
-POLICY = {"chunk_horizon": H, "max_prefix": 16, "hidden_dims": [256, 256], "flow_steps": 10}
+HZ, H, EXECUTE = 50, 24, 12
+POLICY = {"chunk_horizon": H, "max_prefix": 12, "hidden_dims": [256, 256], "flow_steps": 10}
 
 
 def run_mode(mode: str, ticks: int, endpoint: str) -> dict:
     env = ReachEnv(ReachConfig(episode_ticks=10 * ticks, success_radius=1e-9), SimSO101Config(control_hz=HZ))
     client = RemoteClient(endpoint, f"robot-{mode}")
-    cfg = ChunkingConfig(mode=mode, splice="prefix", max_prefix=POLICY["max_prefix"], delay_quantile=0.95)
+    cfg = ChunkingConfig(mode=mode, splice="prefix", max_prefix=POLICY["max_prefix"], delay_quantile=0.95,
+                         execute_horizon=EXECUTE)
     executor = ChunkExecutor(client, env.action_spec, H, cfg)
     clock = RealClock(HZ)
     obs, _ = env.reset(seed=0)
@@ -80,7 +88,7 @@ def main() -> None:
     torch.manual_seed(0)
     policy = FlowChunkPolicy(env.observation_spec, env.action_spec, FlowChunkPolicyConfig(**POLICY))
     env.close()
-    chunk_s = H / HZ
+    chunk_s = EXECUTE / HZ  # the part of each chunk the robot executes
     latency_ms = (0.5 * chunk_s * 1e3, 0.75 * chunk_s * 1e3)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -105,7 +113,8 @@ def main() -> None:
         "control_loop", command,
         [goal("stalled_ticks", la["stalled_ticks"], "<=", 0),
          goal("p99_period_error_ms", la["p99_period_error_ms"], "<=", 2.0)],
-        modes=results, settings={"hz": HZ, "chunk_horizon": H, "inference_latency_ms": list(latency_ms),
+        modes=results, settings={"hz": HZ, "chunk_horizon": H, "execute_horizon": EXECUTE,
+                                 "inference_latency_ms": list(latency_ms),
                                  "policy": POLICY, "transport": "policy server process, zmq DEALER/ROUTER"})
     print(f"\nlatency_aware: stalled_ticks {la['stalled_ticks']} (goal 0), p99 period error "
           f"{la['p99_period_error_ms']:.3f} ms (goal <= 2) -> {path}")

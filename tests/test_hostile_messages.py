@@ -20,6 +20,7 @@ from robolearn.logging.status import read_json, write_json_atomic
 from robolearn.registry import build_task_and_policy
 from robolearn.transition import TransitionWriter
 from robolearn.transport.sockets import send
+from robolearn.transport.weight_sync import DeltaPublisher
 from tests.helpers import wait_for
 from tests.test_cli_config import _cfg
 
@@ -111,8 +112,8 @@ def test_actor_weights_socket_rejects_and_survives(tmp_path):
     leases = LeaseManager([Resource("sim_so101-0", "sim", "sim_so101")])
     write_json_atomic(run / "resources.json", {"endpoint": leases.serve(), "type": "sim_so101"})
     _, policy = build_task_and_policy(cfg)
-    weights = weights_arrays(policy)
-    meta = {"version": 1, "updates": 0, "env_steps": 0, "allowed_env_steps": 10 ** 9}
+    sync_meta, weights = DeltaPublisher().encode(1, weights_arrays(policy))
+    meta = {"updates": 0, "env_steps": 0, "allowed_env_steps": 10 ** 9, **sync_meta}
     proc = _worker("actor", run, "0")
     try:
         def actor_sends():

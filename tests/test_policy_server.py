@@ -89,6 +89,7 @@ def test_bad_requests_are_rejected_and_counted_not_fatal(env):
 def test_server_follows_the_learners_weight_versions(env):
     from robolearn.learner.loop import weights_arrays
     from robolearn.transport.sockets import bind_random_port
+    from robolearn.transport.weight_sync import DeltaPublisher
 
     ctx = zmq.Context()
     pub = ctx.socket(zmq.PUB)
@@ -105,14 +106,15 @@ def test_server_follows_the_learners_weight_versions(env):
         version = 0
         while version != 5:  # PUB/SUB joins asynchronously: publish until the server has taken it
             assert time.monotonic() < deadline, "server never applied the published weights"
-            send(pub, "weights", "learner", 5, {"version": 5}, weights_arrays(newer))
+            send(pub, "weights", "learner", 5, *DeltaPublisher().encode(5, weights_arrays(newer)))
             client.submit(request(env, 0))
             server.serve_once(500)
             (resp,) = client.poll(0, timeout_ms=2000)
             version = resp.policy_version
         for a, b in zip(runner.policy.parameters(), newer.parameters()):
             assert torch.equal(a, b)
-        send(pub, "weights", "learner", 6, {"version": 6}, {"not": np.zeros(3, np.float32)})  # wrong names
+        bad = {"not": np.zeros(3, np.float32)}
+        send(pub, "weights", "learner", 6, *DeltaPublisher().encode(6, bad))  # wrong names
         time.sleep(0.2)
         client.submit(request(env, 1))
         server.serve_once(500)

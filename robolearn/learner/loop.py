@@ -34,6 +34,7 @@ from robolearn.runtime.process import StopFlag
 from robolearn.runtime.rundir import RunDir
 from robolearn.specs import SpecError
 from robolearn.transport.sockets import bind_random_port, send
+from robolearn.transport.weight_sync import DeltaPublisher
 from robolearn.transport.wire import RejectCounter, WireError, decode
 
 TRANSITIONS = frozenset({"transitions"})
@@ -57,6 +58,7 @@ class Learner:
         self.horizon = self.policy.horizon
         self.rejects = RejectCounter()
         self.version = 0
+        self.weight_sync = DeltaPublisher(cfg.runtime.weights_full_every)
         self.episodes = 0
         self.successes = 0
         self.recent = collections.deque(maxlen=50)
@@ -165,7 +167,7 @@ class Learner:
                 poller.poll(timeout=5)
             now = time.monotonic()
             if now - last["heartbeat"] >= cfg.runtime.weights_heartbeat_s:
-                self._publish(pub)  # late subscribers get the latest version within a heartbeat
+                self._publish(pub, full=True)  # late subscribers get the latest version within a heartbeat
                 last["heartbeat"] = now
             if now - last["status"] >= cfg.runtime.status_every_s:
                 self._write_status(now - t_start)
@@ -217,12 +219,15 @@ class Learner:
             got += 1
         return got
 
-    def _publish(self, pub: zmq.Socket) -> None:
+    def _publish(self, pub: zmq.Socket, full: bool = False) -> None:
+        """PUB the actor weights: a sparse delta from the previous version when that is smaller
+        (``transport.weight_sync``), a full snapshot on heartbeats and every ``runtime.weights_full_every``."""
         cfg = self.cfg.algo
         allowed = cfg.learning_starts + self.algo.num_updates / cfg.utd_ratio + self.cfg.runtime.max_steps_ahead
         meta = {"version": self.version, "updates": self.algo.num_updates, "env_steps": self.env_steps,
                 "allowed_env_steps": int(allowed)}
-        send(pub, "weights", "learner", self.version, meta, weights_arrays(self.policy))
+        sync_meta, arrays = self.weight_sync.encode(self.version, weights_arrays(self.policy), force_full=full)
+        send(pub, "weights", "learner", self.version, {**meta, **sync_meta}, arrays)
 
     def _counters(self) -> dict:
         return {

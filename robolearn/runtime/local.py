@@ -44,6 +44,7 @@ class LocalRuntimeConfig:
     actor_threads: int = 1
     prefetch_batches: int = 2     # batches the learner samples ahead on a background thread (0: inline)
     weights_heartbeat_s: float = 1.0
+    weights_full_every: int = 20  # publish a full snapshot at least every this many versions (else sparse deltas)
     lease_ttl_s: float = 5.0      # an actor's robot lease expires this long after its last heartbeat
     status_every_s: float = 0.5
     startup_timeout_s: float = 120.0
@@ -54,7 +55,7 @@ class LocalRuntimeConfig:
     async_inference: bool = False   # realtime: run the policy on a worker thread instead of inside the tick
 
     def __post_init__(self) -> None:
-        for key in ("num_actors", "send_every", "learner_threads", "actor_threads"):
+        for key in ("num_actors", "send_every", "learner_threads", "actor_threads", "weights_full_every"):
             if getattr(self, key) < 1:
                 raise ValueError(f"runtime.{key} must be >= 1, got {getattr(self, key)}")
         if not is_loopback(self.host):
