@@ -242,6 +242,8 @@ class Learner:
             **self._counters(), "elapsed_s": elapsed_s, "pid": os.getpid(), "final": final,
             "last_reject": self.rejects.last_reason, "resumed_from": self.resumed_from,
             "buffer_records": self.buffer.log.num_records,
+            # bytes of weights published / bytes had every version gone out in full (sparse deltas < 1)
+            "weights_bytes_ratio": self.weight_sync.bytes_sent / max(1, self.weight_sync.bytes_full),
         })
 
     def checkpoint(self) -> None:
