@@ -13,6 +13,11 @@ saved once with ``save_pretrained`` + its processors, to the same observation (6
                 sleep off), client: lerobot's own gRPC stubs (SendObservations then GetActions, pickle on
                 its wire) run in a separate process, so only lerobot's code unpickles what its server sends
 
+Serving-path differences, both part of what is measured: robolearn sends raw arrays (no pickle, no
+chunked byte stream) and runs the model on the server's main thread with pinned torch threads in
+channels-last memory format (oneDNN's preferred layout for the resnet18 convolutions: ~17 ms instead
+of ~29 ms per forward pass here); lerobot runs it in a gRPC worker thread in the default layout.
+
 RTT = request sent -> chunk received and decoded. Rounds alternate (robolearn, lerobot, ...) to
 spread machine drift over both; medians and p99 over all timed requests, first 5 of each round
 are warm-up. Goal ``rtt_ratio_vs_lerobot`` = robolearn median / lerobot median <= 0.5.
