@@ -139,10 +139,14 @@ class Actor:
                                       cfg.runtime.chunking, self.robot_id, before_request=newest_weights,
                                       on_chunk=lambda start, chunk: recording.log_chunk(self.robot_id, start, chunk))
         episode_id = int(endpoints["next_episode_id"]) + self.index
+        # budget.env_steps is the run's total: each actor takes its share and then waits to be stopped,
+        # so the run ends at the budget instead of wherever the actors got to before the runtime noticed
+        budget = cfg.budget.env_steps
+        share = -(-budget // cfg.runtime.num_actors) if budget is not None else None
         tick = 0
         seq = 0
         last_status = 0.0
-        while not self.stop:
+        while not self.stop and (share is None or self.env_steps < share):
             obs, _ = self.env.reset(seed=cfg.seed * 1_000_003 + episode_id)
             t_obs = time.time()  # when the current observation was taken
             writer = TransitionWriter(self.env.observation_spec)
@@ -155,7 +159,7 @@ class Actor:
                 if self.lease.lost.is_set():
                     print(f"[{self.name}] lost the lease on {self.robot_id}; stopping", file=sys.stderr, flush=True)
                     self.stop.set()
-                if self.stop:
+                if self.stop or (share is not None and self.env_steps >= share):
                     break
                 item = self.executor.tick(tick, obs)
                 if item is None:  # a stall: hold the last safe command (recorded like any action)
@@ -195,6 +199,11 @@ class Actor:
                 send(push, "transitions", self.robot_id, seq, {}, writer.flush(final_obs=obs, truncate=True))
                 seq += 1
             episode_id += cfg.runtime.num_actors
+        if not self.stop:
+            print(f"[{self.name}] took its share of budget.env_steps ({share}); waiting to be stopped", flush=True)
+            self._write_status(clock)
+        while not self.stop:
+            time.sleep(0.05)
         self._write_status(clock, final=True)
         client.close()
         recording.close()
