@@ -48,7 +48,8 @@ def test_robolearn_run_trains_on_reacher_for_a_few_hundred_steps(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     run = tmp_path / "runs" / "reacher"
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["stopped_because"].startswith("env-step budget") and summary["env_steps"] == 400  # the actor stops at the budget
+    # the actor stops at the budget rather than wherever it got to before the runtime noticed
+    assert summary["stopped_because"].startswith("env-step budget") and summary["env_steps"] == 400
     assert summary["updates"] >= 200 and summary["episodes"] >= 8  # Reacher episodes are 50 steps
     batches = read_buffer(run)
     assert batches[0]["obs.state"].shape[1] == 10 and batches[0]["action"].shape[1] == 2
