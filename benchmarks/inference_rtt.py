@@ -197,7 +197,7 @@ def main() -> None:
         theirs = subprocess.Popen(
             [sys.executable, "-m", "lerobot.async_inference.policy_server", "--host=127.0.0.1", f"--port={port}",
              "--fps=30", "--inference_latency=0.0", "--obs_queue_timeout=2"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            env=env, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # its logs/ go to tmp
         try:
             while not endpoint_file.exists():
                 if ours.poll() is not None:
