@@ -92,10 +92,8 @@ class CubeTaskEnv(ArmTaskEnv):
         names = ("grasp.x", "grasp.y", "grasp.z")
         for c in cubes:
             names += tuple(f"cube_{c}.{k}" for k in ("x", "y", "z", "sin4yaw", "cos4yaw"))
-        n_cube = 5 * len(cubes)
         low = (-0.45, -0.45, -0.05) + (-0.5, -0.5, -0.05, -1.0, -1.0) * len(cubes) + extra_low
         high = (0.45, 0.45, 0.5) + (0.5, 0.5, 0.5, 1.0, 1.0) * len(cubes) + extra_high
-        assert len(names) == 3 + n_cube
         super().__init__(task, robot, model, names + extra_names, low, high, "m, m, 1")
         m = self.robot.model
         self.cubes = cubes

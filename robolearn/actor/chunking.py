@@ -133,8 +133,6 @@ class ChunkExecutor:
         self._next_id = 0
         self._in_flight: ChunkRequest | None = None
         self._sent_at = 0
-        self.policy_version = 0
-        self.last_chunk: tuple[int, np.ndarray] | None = None  # (start tick, (H, A) robot units), for plots
 
     # --- scheduling --------------------------------------------------------------------------------
     def should_request(self, tick: int) -> bool:
@@ -178,13 +176,11 @@ class ChunkExecutor:
             self.delay.add(delay)
             self.metrics.delays[delay] += 1
         self.metrics.chunks += 1
-        self.policy_version = resp.policy_version
         actions = self.action_spec.to_robot(np.asarray(resp.actions, np.float32))
-        self.last_chunk = (resp.tick, actions)
-        if self.on_chunk is not None:
-            self.on_chunk(resp.tick if self.cfg.mode != "sync" else tick, actions)
         # sync: the robot held still while the policy thought, so the chunk starts when it arrives
         start = tick if self.cfg.mode == "sync" else resp.tick
+        if self.on_chunk is not None:
+            self.on_chunk(start, actions)
         args = (start, actions)
         tags = dict(chunk_id=resp.request_id, policy_version=resp.policy_version, delay_ticks=delay)
         mode, splice = self.cfg.mode, self.cfg.splice
