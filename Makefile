@@ -10,7 +10,7 @@ MINUTES ?= 3
 PYTEST := $(VENV)/bin/python -m pytest
 
 .PHONY: setup run test test-all bench bench-reach bench-buffer bench-experts bench-delay-sweep bench-control-loop \
-	bench-inference-rtt lint clean
+	bench-inference-rtt bench-learner-speed lint clean
 
 setup: $(VENV)/.installed
 
@@ -52,7 +52,11 @@ bench-control-loop: setup
 bench-inference-rtt: setup
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python benchmarks/inference_rtt.py $(ARGS)
 
-bench: bench-reach bench-buffer bench-experts bench-delay-sweep bench-control-loop bench-inference-rtt
+bench-learner-speed: setup
+	$(VENV)/bin/python benchmarks/learner_speed.py $(ARGS)
+
+bench: bench-reach bench-buffer bench-experts bench-delay-sweep bench-control-loop bench-inference-rtt \
+	bench-learner-speed
 
 lint: setup
 	$(VENV)/bin/ruff check robolearn hardware sim policies apps tests benchmarks
