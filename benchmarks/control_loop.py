@@ -57,7 +57,7 @@ def run_mode(mode: str, ticks: int, endpoint: str) -> dict:
     executor = ChunkExecutor(client, env.action_spec, H, cfg)
     clock = RealClock(HZ)
     obs, _ = env.reset(seed=0)
-    executor.start_episode(obs, 0, wait=lambda: time.sleep(0.0005), period_s=clock.period)
+    executor.start_episode(obs, 0, clock)
     clock.reset()
     step_ms = []
     t0 = time.perf_counter()

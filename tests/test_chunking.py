@@ -42,7 +42,7 @@ def executor(mode, delay, splice="prefix", **kw):
 
 def run(ex, ticks, start=0):
     obs = {"state": np.zeros(3, np.float32)}
-    ex.start_episode(obs, start, wait=lambda: None)
+    ex.start_episode(obs, start, SimClock())
     out = []
     for t in range(start, start + ticks):
         item = ex.tick(t, obs)

@@ -6,14 +6,12 @@ episodes so every action keeps a unique tick.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from robolearn.actor.chunking import ChunkExecutor
-from robolearn.clock import RealClock
 
 
 @dataclass
@@ -35,9 +33,7 @@ def hold_action(env) -> np.ndarray:
 def run_chunked_episode(env, executor: ChunkExecutor, clock, seed: int, tick: int = 0) -> EpisodeResult:
     torch.manual_seed(seed)  # the flow policy's noise: same seed, same trajectory
     obs, _ = env.reset(seed=seed)
-    real = isinstance(clock, RealClock)
-    executor.start_episode(obs, tick, wait=(lambda: time.sleep(0.0005)) if real else (lambda: None),
-                           period_s=clock.period if real else 0.0)
+    executor.start_episode(obs, tick, clock)
     clock.reset()
     stalls0, start = executor.metrics.stalled_ticks, tick
     ret, executed, info = 0.0, [], {}

@@ -79,15 +79,15 @@ class DelayEstimator:
 
     def __init__(self, window: int, quantile: float, initial: int) -> None:
         self.samples: deque[int] = deque(maxlen=window)
-        self.quantile, self.initial = quantile, initial
+        self.quantile = quantile
+        self._planned = initial  # recomputed when a delay is measured, read every tick
 
     def add(self, ticks: int) -> None:
         self.samples.append(int(ticks))
+        self._planned = int(np.ceil(np.quantile(np.fromiter(self.samples, float), self.quantile)))
 
     def planned(self) -> int:
-        if not self.samples:
-            return self.initial
-        return int(np.ceil(np.quantile(np.fromiter(self.samples, float), self.quantile)))
+        return self._planned
 
 
 @dataclass
@@ -98,14 +98,14 @@ class ExecutorMetrics:
     chunks: int = 0
     resent: int = 0
     delays: Counter = field(default_factory=Counter)          # measured delay (ticks) -> count
-    executed_per_chunk: Counter = field(default_factory=Counter)  # chunk id -> actions executed
     horizon: int = 1
 
     def utilisation(self) -> float:
-        """Mean fraction of each received chunk's actions that were executed."""
+        """Mean fraction of each received chunk's actions that were executed (every tick that did not
+        stall executed one chunk action)."""
         if not self.chunks:
             return 0.0
-        return sum(self.executed_per_chunk.values()) / (self.chunks * self.horizon)
+        return (self.ticks - self.stalled_ticks) / (self.chunks * self.horizon)
 
     def summary(self) -> dict:
         return {"ticks": self.ticks, "stalled_ticks": self.stalled_ticks, "requests": self.requests,
@@ -193,10 +193,11 @@ class ChunkExecutor:
             self.queue.replace_from(tick, *args, **tags)
 
     # --- the tick ----------------------------------------------------------------------------------
-    def start_episode(self, observation: dict[str, np.ndarray], tick: int, wait, period_s: float = 0.0) -> None:
+    def start_episode(self, observation: dict[str, np.ndarray], tick: int, clock) -> None:
         """Before an episode's first tick (the robot is at rest): clear the queue and block until a first
-        chunk is in, using ``wait()`` between polls (a sleep, or a no-op under a simulated clock). With a
-        real clock's ``period_s`` the wait is also a delay measurement (in ticks) for the scheduler."""
+        chunk is in. Under a real clock (``clock.period > 0``) this sleeps between polls and the wait is
+        also a delay measurement (in ticks) for the scheduler; under a simulated one it does not wait."""
+        real = clock.period > 0
         self.queue.clear()
         self._in_flight = None
         self._request(tick, observation)
@@ -206,10 +207,10 @@ class ChunkExecutor:
             # answer is due some ticks later, so ask for everything due up to far in the future)
             for resp in self.client.poll(tick + 10**9):
                 self._splice(resp, tick, measure=False)
-            if self._in_flight is not None:
-                wait()
-        if period_s > 0:
-            self.delay.add(int(np.ceil((time.perf_counter() - t0) / period_s)))
+            if self._in_flight is not None and real:
+                time.sleep(0.0005)
+        if real:
+            self.delay.add(int(np.ceil((time.perf_counter() - t0) / clock.period)))
 
     def tick(self, tick: int, observation: dict[str, np.ndarray]) -> TimedAction | None:
         """The action for ``tick``, or None for a stall (the caller holds the last safe command)."""
@@ -226,6 +227,4 @@ class ChunkExecutor:
         self.metrics.ticks += 1
         if item is None:
             self.metrics.stalled_ticks += 1
-        else:
-            self.metrics.executed_per_chunk[item.chunk_id] += 1
         return item

@@ -150,8 +150,7 @@ class Actor:
             obs, _ = self.env.reset(seed=cfg.seed * 1_000_003 + episode_id)
             t_obs = time.time()  # when the current observation was taken
             writer = TransitionWriter(self.env.observation_spec)
-            self.executor.start_episode(obs, tick, wait=lambda: time.sleep(0.0005) if cfg.runtime.realtime else None,
-                                        period_s=clock.period)
+            self.executor.start_episode(obs, tick, clock)
             clock.reset()
             for step in range(10**9):
                 if not cfg.runtime.realtime:

@@ -6,16 +6,14 @@
 
 ``SimulatedLatencyClient``: evaluates the policy at once and releases the answer ``clock.inference_ticks()``
 ticks later (deterministic for a seed; runs faster than real time). ``ThreadedClient``: the policy runs
-in a worker thread in this process, optionally with injected extra latency; answers arrive when they
-are done. ``RemoteClient``: a DEALER socket to a ``PolicyServer`` process.
+in a worker thread in this process; answers arrive when they are done. ``RemoteClient``: a DEALER
+socket to a ``PolicyServer`` process.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-import time
-from collections.abc import Callable
 
 import torch
 import zmq
@@ -53,12 +51,8 @@ class SimulatedLatencyClient:
 
 
 class ThreadedClient:
-    """``extra_latency_s()`` (optional) is slept after each forward pass: emulates a slower model or link."""
-
-    def __init__(self, runner: ChunkPolicyRunner, extra_latency_s: Callable[[], float] | None = None,
-                 threads: int = 1) -> None:
+    def __init__(self, runner: ChunkPolicyRunner, threads: int = 1) -> None:
         self.runner = runner
-        self.extra_latency_s = extra_latency_s
         self._requests: queue.Queue[ChunkRequest | None] = queue.Queue()
         self._done: queue.Queue[ChunkResponse] = queue.Queue()
         self._threads = threads
@@ -68,11 +62,7 @@ class ThreadedClient:
     def _serve(self) -> None:
         torch.set_num_threads(self._threads)  # pinned: OpenMP threads must not oversubscribe the cores
         while (req := self._requests.get()) is not None:
-            t0 = time.perf_counter()
-            resp = self.runner.run([req])[0]
-            if self.extra_latency_s is not None:
-                time.sleep(max(0.0, self.extra_latency_s() - (time.perf_counter() - t0)))
-            self._done.put(resp)
+            self._done.put(self.runner.run([req])[0])
 
     def submit(self, request: ChunkRequest) -> None:
         self._requests.put(request)

@@ -11,7 +11,7 @@ Wire: ``chunk_request`` and ``chunk`` messages of ``transport.wire`` (msgpack he
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -43,7 +43,6 @@ class ChunkResponse:
     policy_version: int
     prefix_len: int = 0
     compute_ms: float = 0.0
-    meta: dict = field(default_factory=dict)
 
 
 def request_to_wire(req: ChunkRequest) -> tuple[dict, dict[str, np.ndarray]]:

@@ -1,6 +1,6 @@
 """Runs a chunk policy on a batch of requests: one forward pass for every robot that asked.
 
-The policy implements ``predict_chunk(observations {key: (B, ...)}, prefix (B, D, A), prefix_len (B,))
+The policy implements ``predict_chunk(observations {key: (B, ...)}, prefix (B, D, A), prefix_len (B,),
 explore) -> (B, H, A)`` in normalised action units (``policies.flow_chunk.FlowChunkPolicy``; the Gaussian MLP
 policy and lerobot policies ignore the prefix). Requests are validated against the observation spec
 before they reach the model.

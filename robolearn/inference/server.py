@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,7 @@ from robolearn.actor.weights import WeightSubscriber
 from robolearn.inference.protocol import REQUEST, RESPONSE, request_from_wire, response_to_wire
 from robolearn.inference.runner import ChunkPolicyRunner
 from robolearn.specs import SpecError
-from robolearn.transport.sockets import bind_random_port, is_loopback
+from robolearn.transport.sockets import bind_random_port
 from robolearn.transport.wire import RejectCounter, WireError, decode, encode
 
 
@@ -48,20 +49,14 @@ class PolicyServer:
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 0)  # a vanished robot's reply is dropped, not an error
-        if port:
-            if not is_loopback(host):
-                raise PermissionError(f"refusing to bind on non-loopback host {host!r} without CurveZMQ keys")
-            self.sock.bind(f"tcp://{host}:{port}")
-            self.endpoint = f"tcp://{host}:{port}"
-        else:
-            self.endpoint = bind_random_port(self.sock, host)
+        self.endpoint = bind_random_port(self.sock, host, port=port)
         self.max_batch = max_batch
         self.rejects = RejectCounter()
         self.weights = (WeightSubscriber(self.ctx, weights_endpoint, runner.policy, self.rejects)
                         if weights_endpoint else None)
         self.batches = 0
         self.requests = 0
-        self.batch_sizes: list[int] = []
+        self.batch_sizes: deque[int] = deque(maxlen=1000)  # the most recent batches, for monitoring
 
     def _drain(self) -> list[tuple[bytes, object]]:
         got = []

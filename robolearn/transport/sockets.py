@@ -24,14 +24,18 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def bind_random_port(sock: zmq.Socket, host: str = "127.0.0.1", curve_secret_key: bytes | None = None) -> str:
-    """Bind ``sock`` on ``host`` at a free port and return the endpoint to connect to."""
+def bind_random_port(sock: zmq.Socket, host: str = "127.0.0.1", curve_secret_key: bytes | None = None,
+                     port: int = 0) -> str:
+    """Bind ``sock`` on ``host`` at ``port`` (0: a free port) and return the endpoint to connect to."""
     if not is_loopback(host):
         if curve_secret_key is None:
             raise PermissionError(f"refusing to bind on non-loopback host {host!r} without CurveZMQ keys")
         sock.curve_secretkey = curve_secret_key
         sock.curve_server = True
-    port = sock.bind_to_random_port(f"tcp://{host}")
+    if port:
+        sock.bind(f"tcp://{host}:{port}")
+    else:
+        port = sock.bind_to_random_port(f"tcp://{host}")
     return f"tcp://{host}:{port}"
 
 
