@@ -3,15 +3,18 @@
     make bench-delay-sweep        (python benchmarks/delay_sweep.py [--episodes 200] [--demos 1000])
 
 1. The scripted expert records ``--demos`` seeded push_cube episodes (different seeds from the
-   evaluation); a flow-matching chunk policy (H = 12, prefix-conditioned up to 6 committed actions)
-   is behaviour-cloned on them (``learner.bc``).
+   evaluation); a flow-matching chunk policy (H = 12, prefix-conditioned up to 6 committed actions,
+   taking an optional mid-inference state) is behaviour-cloned on them (``learner.bc``).
 2. Under a simulated clock each inference takes exactly d ticks, d in {0, 1, 2, 4, 6}; every mode
    runs the same ``--episodes`` seeded evaluation episodes at every d with the same policy:
 
        sync           stop, infer (d ticks holding still), execute s = 5 actions
        naive_async    lerobot: ask when queued / H <= 0.5, drop stale actions, blend overlaps 0.3/0.7
        latency_aware  ask when the queue would run out within the measured delay (or after s = 5),
-                      send the committed actions, the policy keeps them as its chunk's prefix
+                      send the committed actions, the policy keeps them as its chunk's prefix; two-stage
+                      (ARLI): d_RL = 1 tick before the chunk is due the robot's then-current state is
+                      sent and the chunk is finished with it (for d >= 2; the total delay is still d)
+       latency_aware_one_stage   the same without the mid-inference state (an ablation)
 
 Goal ``latency_aware_success_ratio_d4``: success at d = 4 >= 0.95 of success at d = 0. The same ratio is
 printed for the baselines.
@@ -39,16 +42,19 @@ from robolearn.policies.flow_chunk import FlowChunkPolicy, FlowChunkPolicyConfig
 from robolearn.sim.cube_tasks import PushCubeEnv  # noqa: E402
 
 DELAYS = [0, 1, 2, 4, 6]
-MODES = {"sync": ("sync", "replace"), "naive_async": ("naive_async", "blend"),
-         "latency_aware": ("latency_aware", "prefix")}
+# mode -> (chunking mode, splice, mid_observation_ticks)
+MODES = {"sync": ("sync", "replace", 0), "naive_async": ("naive_async", "blend", 0),
+         "latency_aware": ("latency_aware", "prefix", 1),
+         "latency_aware_one_stage": ("latency_aware", "prefix", 0)}
 H, MAX_PREFIX, EXECUTE = 12, 6, 5  # H - d >= d at the largest delay (6): one chunk per inference suffices
 DEMO_SEED, EVAL_SEED = 100_000, 0
 
 
 def evaluate(env, runner, mode: str, delay: int, episodes: int) -> dict:
-    kind, splice = MODES[mode]
+    kind, splice, mid = MODES[mode]
     clock = SimClock(DelaySampler("fixed", ticks=delay))
-    cfg = ChunkingConfig(mode=kind, splice=splice, max_prefix=MAX_PREFIX, execute_horizon=EXECUTE)
+    cfg = ChunkingConfig(mode=kind, splice=splice, max_prefix=MAX_PREFIX, execute_horizon=EXECUTE,
+                         mid_observation_ticks=mid)
     executor = ChunkExecutor(SimulatedLatencyClient(runner, clock), env.action_spec, H, cfg)
     successes, tick, ticks = 0, 0, 0
     for ep in range(episodes):
@@ -70,13 +76,13 @@ def main() -> None:
     torch.set_num_threads(2)
     env = PushCubeEnv()
     policy = FlowChunkPolicy(env.observation_spec, env.action_spec,
-                             FlowChunkPolicyConfig(chunk_horizon=H, max_prefix=MAX_PREFIX))
+                             FlowChunkPolicyConfig(chunk_horizon=H, max_prefix=MAX_PREFIX, mid_observation=True))
     t0 = time.perf_counter()
     if args.policy:
         policy.load_state_dict(torch.load(args.policy, weights_only=True))
         bc = {"loaded": args.policy}
     else:
-        data = expert_demos(env, args.demos, H, seed=DEMO_SEED)
+        data = expert_demos(env, args.demos, H, seed=DEMO_SEED, future=MAX_PREFIX)
         print(f"{args.demos} expert demos ({data.successes} successful, {len(data.states)} frames); "
               f"behaviour cloning for {args.bc_steps} steps...", flush=True)
         losses = train_bc(policy, data, args.bc_steps, log_every=1000)
@@ -91,20 +97,21 @@ def main() -> None:
             t1 = time.perf_counter()
             rows.append(evaluate(env, runner, mode, d, args.episodes))
             r = rows[-1]
-            print(f"  d={d} {mode:>14}: success {r['success']:.3f}  stalled {r['stalled_ticks']:>5}  "
+            print(f"  d={d} {mode:>24}: success {r['success']:.3f}  stalled {r['stalled_ticks']:>5}  "
                   f"({time.perf_counter() - t1:.0f} s)", flush=True)
     env.close()
     success = {(r["mode"], r["delay"]): r["success"] for r in rows}
     ratio = {m: (success[(m, 4)] / success[(m, 0)] if success[(m, 0)] > 0 else None) for m in MODES}
-    print(f"\n{'mode':>14} " + " ".join(f"{'d=' + str(d):>7}" for d in DELAYS) + f" {'d4/d0':>7}")
+    print(f"\n{'mode':>24} " + " ".join(f"{'d=' + str(d):>7}" for d in DELAYS) + f" {'d4/d0':>7}")
     for m in MODES:
-        print(f"{m:>14} " + " ".join(f"{success[(m, d)]:>7.3f}" for d in DELAYS)
-              + f" {ratio[m] if ratio[m] is None else round(ratio[m], 3):>7}")
+        print(f"{m:>24} " + " ".join(f"{success[(m, d)]:>7.3f}" for d in DELAYS)
+              + f" {'-' if ratio[m] is None else round(ratio[m], 3):>7}")
     command = "make bench-delay-sweep" + ("" if args.episodes == 200 else f" (--episodes {args.episodes})")
     goals = [goal("latency_aware_success_ratio_d4", ratio["latency_aware"], ">=", 0.95)]
     path = write_result("delay_sweep", command, goals,
                         task="push_cube", ratios_d4_over_d0=ratio, results=rows, bc=bc,
                         settings={"chunk_horizon": H, "max_prefix": MAX_PREFIX, "execute_horizon": EXECUTE,
+                                  "mid_observation_ticks": MODES["latency_aware"][2],
                                   "delays": DELAYS, "eval_seeds": f"{EVAL_SEED}..{EVAL_SEED + args.episodes - 1}"})
     print(f"\nlatency_aware_success_ratio_d4 = {ratio['latency_aware']} (goal >= 0.95) -> {path}")
 

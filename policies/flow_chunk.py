@@ -21,6 +21,12 @@ Two choices of ours, both measured on push_cube BC (200 demos, 3000 steps, 30 ep
 - The network predicts the clean residual (x-prediction, v = (x1_hat - x_tau) / (1 - tau)) and the
   loss is taken in that space, i.e. the velocity loss weighted by (1 - tau)^2: same minimiser.
 The backbone is an MLP over [normalised state; tau-gated noisy chunk; per-position time features].
+
+Two-stage requests (ARLI, ALGORITHMS.md section 2), ``mid_observation=True``: the policy is also given
+a mid-inference state s_mid taken k ticks after s (k <= d, the committed prefix covers those ticks) and
+conditions on [s; s_mid; k / D]. Trained with k ~ U{0..d} per example from the demo's own later states,
+so k = 0 (s_mid = s, a one-stage request) is covered too. The heavy/light split of ARLI is a latency
+model here (the client finishes the chunk ``mid_ticks`` after s_mid arrives); the network is one MLP.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ class FlowChunkPolicyConfig:
     max_prefix: int = 6            # D, the longest committed prefix trained for (>= the largest delay in ticks)
     hidden_dims: list[int] = field(default_factory=lambda: [512, 512, 512])
     flow_steps: int = 10           # Euler steps at inference
+    mid_observation: bool = False  # also condition on a mid-inference state (two-stage requests)
 
     def __post_init__(self) -> None:
         if self.chunk_horizon < 1:
@@ -81,30 +88,44 @@ class FlowChunkPolicy(nn.Module):
         self.action_dim = action_spec.dim
         self.horizon = config.chunk_horizon
         self.max_prefix = config.max_prefix
+        self.takes_mid_observation = config.mid_observation
         self.normalise = ObsNormaliser(obs_spec)
         n_chunk = self.horizon * self.action_dim
+        cond_dim = 2 * self.obs_dim + 1 if config.mid_observation else self.obs_dim
         self._time_dist = torch.distributions.Beta(torch.tensor(1.5), torch.tensor(1.0))
-        self.mean_head = mlp([self.obs_dim, *config.hidden_dims, n_chunk])
-        self.net = mlp([self.obs_dim + n_chunk + self.horizon * (1 + 2 * TIME_FREQS), *config.hidden_dims, n_chunk])
+        self.mean_head = mlp([cond_dim, *config.hidden_dims, n_chunk])
+        self.net = mlp([cond_dim + n_chunk + self.horizon * (1 + 2 * TIME_FREQS), *config.hidden_dims, n_chunk])
 
-    def denoise(self, state: torch.Tensor, x: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
-        """The network's estimate of the clean chunk x1 from x_tau: state (B, S), x (B, H, A), tau (B, H).
+    def condition(self, state: torch.Tensor, mid_state: torch.Tensor | None = None,
+                  mid_offset: torch.Tensor | None = None) -> torch.Tensor:
+        """What the chunk is conditioned on, (B, C): the normalised state, and with ``mid_observation`` also
+        the mid-inference state (B, S) (``state`` itself when None) and its offset k (B,) ticks / D."""
+        cond = self.normalise(state)
+        if not self.takes_mid_observation:
+            return cond
+        if mid_state is None:
+            mid_state, mid_offset = state, torch.zeros(state.shape[0], device=state.device)
+        k = mid_offset.float().clamp(0, self.max_prefix).unsqueeze(-1) / max(1, self.max_prefix)
+        return torch.cat([cond, self.normalise(mid_state), k], dim=-1)
+
+    def denoise(self, cond: torch.Tensor, x: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+        """The network's estimate of the clean chunk x1 from x_tau: cond (B, C), x (B, H, A), tau (B, H).
 
         The chunk enters scaled by its flow time (tau * x_tau): near tau = 0 it is mostly noise and the
         answer must come from the state, near tau = 1 (and for the clean prefix) it is the answer. A
         ReLU MLP cannot easily learn that multiplicative gate itself (it underfits badly without it)."""
         gated = (tau.unsqueeze(-1) * x).flatten(1)
-        inp = torch.cat([self.normalise(state), gated, time_features(tau)], dim=-1)
+        inp = torch.cat([cond, gated, time_features(tau)], dim=-1)
         return self.net(inp).view_as(x)
 
-    def mean_chunk(self, state: torch.Tensor) -> torch.Tensor:
+    def mean_chunk(self, cond: torch.Tensor) -> torch.Tensor:
         """mu(s): the state-conditioned centre of the flow's noise, (B, H, A)."""
-        return self.mean_head(self.normalise(state)).view(-1, self.horizon, self.action_dim)
+        return self.mean_head(cond).view(-1, self.horizon, self.action_dim)
 
-    def velocity(self, state: torch.Tensor, x: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    def velocity(self, cond: torch.Tensor, x: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
         """v(x_tau, tau, s) = (x1_hat - x_tau) / (1 - tau), the flow's velocity, (B, H, A)."""
         one_minus = (1 - tau).clamp(min=MIN_REMAINING_TIME).unsqueeze(-1)
-        return (self.denoise(state, x, tau) - x) / one_minus
+        return (self.denoise(cond, x, tau) - x) / one_minus
 
     def _pad_prefix(self, prefix: torch.Tensor) -> torch.Tensor:
         """(B, D', A) -> (B, H, A), zero beyond D'."""
@@ -114,17 +135,26 @@ class FlowChunkPolicy(nn.Module):
         return out
 
     def loss(self, state: torch.Tensor, actions: torch.Tensor, prefix_len: torch.Tensor | None = None,
-             valid: torch.Tensor | None = None) -> torch.Tensor:
+             valid: torch.Tensor | None = None, future: torch.Tensor | None = None) -> torch.Tensor:
         """Per-example flow-matching loss (B,) on demo chunks ``actions`` (B, H, A) in [-1, 1].
 
         ``prefix_len`` (B,) int: the clean prefix given to the network (drawn uniformly from 0..D when
-        None). ``valid`` (B, H) optional mask of real (not padded) chunk positions.
+        None). ``valid`` (B, H) optional mask of real (not padded) chunk positions. ``future`` (B, D+1, S):
+        the states 0..D ticks after ``state``, needed with ``mid_observation`` (s_mid = future[k],
+        k ~ U{0..d}).
         """
         b = actions.shape[0]
         if prefix_len is None:
             prefix_len = torch.randint(0, self.max_prefix + 1, (b,), device=actions.device)
         valid = torch.ones(actions.shape[:2], device=actions.device) if valid is None else valid
-        mu = self.mean_chunk(state)
+        mid_state = mid_offset = None
+        if self.takes_mid_observation:
+            if future is None or future.shape[1] < self.max_prefix + 1:
+                raise ValueError(f"flow_chunk with mid_observation needs future states (B, {self.max_prefix + 1}, S)")
+            mid_offset = (torch.rand(b, device=actions.device) * (prefix_len + 1)).long()  # U{0..d}
+            mid_state = future[torch.arange(b, device=actions.device), mid_offset]
+        cond = self.condition(state, mid_state, mid_offset)
+        mu = self.mean_chunk(cond)
         mean_loss = (valid * ((mu - actions) ** 2).sum(-1)).sum(-1) / valid.sum(-1).clamp(min=1.0)
         residual = actions - mu.detach()                          # the flow runs in residual space
         m = prefix_mask(prefix_len, self.horizon)
@@ -135,37 +165,45 @@ class FlowChunkPolicy(nn.Module):
         x_tau = tau.unsqueeze(-1) * residual + (1 - tau.unsqueeze(-1)) * x0
         # ||v_hat - (x1 - x0)||^2 = ||x1_hat - x1||^2 / (1 - tau)^2: the velocity loss, weighted by
         # (1 - tau)^2 so the near-clean times do not dominate (same minimiser per (s, x_tau, tau))
-        err = ((self.denoise(state, x_tau, tau) - residual) ** 2).sum(-1)  # (B, H)
+        err = ((self.denoise(cond, x_tau, tau) - residual) ** 2).sum(-1)  # (B, H)
         m = m * valid
         return (m * err).sum(-1) / m.sum(-1).clamp(min=1.0) + mean_loss
 
     @torch.no_grad()
     def sample(self, state: torch.Tensor, prefix: torch.Tensor | None = None,
-               prefix_len: torch.Tensor | None = None, steps: int | None = None) -> torch.Tensor:
+               prefix_len: torch.Tensor | None = None, steps: int | None = None,
+               mid_state: torch.Tensor | None = None, mid_offset: torch.Tensor | None = None) -> torch.Tensor:
         """A chunk (B, H, A) in [-1, 1] whose first ``prefix_len`` actions equal ``prefix`` (B, D', A)."""
         b = state.shape[0]
         steps = steps or self.config.flow_steps
         if prefix is None or prefix_len is None:
             prefix = state.new_zeros(b, self.horizon, self.action_dim)
             prefix_len = torch.zeros(b, dtype=torch.long, device=state.device)
-        mu = self.mean_chunk(state)
+        cond = self.condition(state, mid_state, mid_offset)
+        mu = self.mean_chunk(cond)
         prefix = self._pad_prefix(prefix) - mu                     # in residual space
         m = prefix_mask(prefix_len, self.horizon)
         keep = m.unsqueeze(-1)
         x = keep * torch.randn(b, self.horizon, self.action_dim, device=state.device) + (1 - keep) * prefix
         for k in range(steps):
             tau = m * (k / steps) + (1 - m)
-            x = x + self.velocity(state, x, tau) / steps
+            x = x + self.velocity(cond, x, tau) / steps
             x = keep * x + (1 - keep) * prefix                     # clamp the committed prefix
         return (mu + x).clamp(-1.0, 1.0)
 
     def predict_chunk(self, observations: dict[str, np.ndarray], prefix: np.ndarray, prefix_len: np.ndarray,
-                      explore: bool = False) -> np.ndarray:
+                      explore: bool = False, mid_observations: dict[str, np.ndarray] | None = None,
+                      mid_offsets: np.ndarray | None = None) -> np.ndarray:
         """The serving interface: observations {"state": (B, S)}, prefix (B, D', A) normalised,
-        prefix_len (B,) -> chunks (B, H, A) normalised, as float32 numpy. Always a sample of the flow."""
+        prefix_len (B,), optional mid_observations {"state": (B, S)} and mid_offsets (B,) ticks
+        -> chunks (B, H, A) normalised, as float32 numpy. Always a sample of the flow."""
         states = torch.as_tensor(observations["state"], dtype=torch.float32)
+        mid_state = mid_offset = None
+        if mid_observations is not None:
+            mid_state = torch.as_tensor(mid_observations["state"], dtype=torch.float32)
+            mid_offset = torch.as_tensor(mid_offsets, dtype=torch.long)
         out = self.sample(states, torch.as_tensor(prefix, dtype=torch.float32),
-                          torch.as_tensor(prefix_len, dtype=torch.long))
+                          torch.as_tensor(prefix_len, dtype=torch.long), mid_state=mid_state, mid_offset=mid_offset)
         return out.numpy().astype(np.float32)
 
 

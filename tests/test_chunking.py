@@ -191,3 +191,59 @@ def test_same_seed_same_trajectory_under_the_simulated_clock():
         np.testing.assert_array_equal(x.actions, y.actions)
     assert ma == mb and len(ma["delay_histogram"]) > 1   # the delays really varied, identically
     assert ma["delay_histogram"] != mc["delay_histogram"]  # another delay seed is another run
+
+
+def test_two_stage_request_gets_the_mid_observation_d_rl_ticks_before_the_chunk_is_due():
+    delay, d_rl = 4, 1
+    ex, runner = executor("latency_aware", delay, mid_observation_ticks=d_rl, execute_horizon=4)
+    ex.start_episode({"state": np.zeros(3, np.float32)}, 0, SimClock())
+    out = []
+    for t in range(3 * H):
+        item = ex.tick(t, {"state": np.full(3, t, np.float32)})  # the state says which tick it is from
+        out.append(None if item is None else item.tick)
+    assert None not in out and out == list(range(3 * H))  # never stalls, every tick once, in order
+    assert runner.requests[0].mid_observation is None      # the first request, at rest, is one-stage
+    later = runner.requests[1:]
+    assert later and all(r.mid_ticks == d_rl for r in later)
+    for r in later:
+        assert r.mid_tick == r.tick + delay - d_rl
+        assert r.mid_observation["state"][0] == r.mid_tick and r.observation["state"][0] == r.tick
+    # the chunk still arrives after the whole delay
+    assert set(ex.metrics.delays) == {delay}
+
+
+def test_two_stage_needs_a_client_and_a_policy_that_take_the_mid_observation():
+    from robolearn.inference.client import RemoteClient
+    from robolearn.inference.protocol import ChunkRequest
+    from robolearn.inference.runner import ChunkPolicyRunner
+    from robolearn.policies.mlp import GaussianChunkPolicy, MLPPolicyConfig
+    from robolearn.specs import ObservationSpec, SpecError
+
+    remote = RemoteClient("tcp://127.0.0.1:1", "r0")
+    try:
+        with pytest.raises(ValueError, match="mid_observation_ticks needs a client"):
+            ChunkExecutor(remote, SPEC, H, ChunkingConfig(mid_observation_ticks=1))
+    finally:
+        remote.close()
+    with pytest.raises(ValueError, match="mode=latency_aware"):
+        ChunkingConfig(mode="naive_async", mid_observation_ticks=1)
+    obs_spec = ObservationSpec({"state": ArraySpec((3,), low=(-1.0,) * 3, high=(1.0,) * 3)})
+    runner = ChunkPolicyRunner(GaussianChunkPolicy(obs_spec, SPEC, MLPPolicyConfig(chunk_horizon=H)), obs_spec, 1)
+    state = {"state": np.zeros(3, np.float32)}
+    req = ChunkRequest(0, 0, state, np.zeros((0, 1), np.float32), 3, mid_ticks=1, mid_observation=state, mid_tick=2)
+    with pytest.raises(SpecError, match="takes no mid-inference observation"):
+        runner.run([req])
+
+
+def test_two_stage_delay_estimate_comes_down_when_it_was_planned_too_high():
+    # the policy answers in 1 tick but the scheduler starts out planning for 4: the mid observation is
+    # then sent late and holds the answer back; the estimate must still fall to the real delay
+    runner = ScriptedRunner()
+    clock = SimClock(DelaySampler("fixed", ticks=1))
+    ex = ChunkExecutor(SimulatedLatencyClient(runner, clock), SPEC, H,
+                       ChunkingConfig(mode="latency_aware", initial_delay=4, mid_observation_ticks=1,
+                                      execute_horizon=4, delay_window=10))
+    out = run(ex, 40 * H)
+    assert None not in out
+    assert ex.delay.planned() == 1
+    assert ex.metrics.delays[1] > ex.metrics.delays.get(4, 0)

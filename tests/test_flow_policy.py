@@ -1,6 +1,7 @@
 """The prefix-conditioned flow-matching chunk policy and behaviour cloning from expert demos."""
 
 import numpy as np
+import pytest
 import torch
 
 from robolearn.learner.bc import chunk_pairs, expert_demos, train_bc
@@ -35,7 +36,7 @@ def test_loss_measures_only_positions_after_the_prefix():
     actions = torch.rand(4, 6, 6) * 2 - 1
     assert prefix_mask(torch.full((4,), 3), 6)[0].tolist() == [0, 0, 0, 1, 1, 1]
     with torch.no_grad():
-        mean_part = ((policy.mean_chunk(state) - actions) ** 2).sum(-1).mean(-1)
+        mean_part = ((policy.mean_chunk(policy.condition(state)) - actions) ** 2).sum(-1).mean(-1)
         # a prefix covering the whole chunk leaves nothing for the flow term: only the mean head's loss
         torch.testing.assert_close(policy.loss(state, actions, torch.full((4,), 6)), mean_part)
         assert (policy.loss(state, actions, torch.full((4,), 3)) > mean_part).all()
@@ -60,3 +61,28 @@ def test_behaviour_cloning_fits_expert_demos():
     sampled = policy.sample(torch.as_tensor(obs["state"])[None])[0, 0].numpy()
     cos = sampled[:5] @ expert[:5] / (np.linalg.norm(sampled[:5]) * np.linalg.norm(expert[:5]) + 1e-9)
     assert cos > 0.5
+
+
+def test_future_states_hold_the_last_state_past_the_episode_end():
+    from robolearn.learner.bc import future_states
+    f = future_states(np.arange(4, dtype=np.float32)[:, None], max_offset=2)
+    assert f[:, :, 0].tolist() == [[0, 1, 2], [1, 2, 3], [2, 3, 3], [3, 3, 3]]
+
+
+def test_mid_observation_policy_uses_the_later_state():
+    env = ReachEnv()
+    policy = tiny_policy(env, mid_observation=True)
+    state, actions = torch.rand(4, 18), torch.rand(4, 6, 6) * 2 - 1
+    with pytest.raises(ValueError, match="future states"):
+        policy.loss(state, actions)
+    assert policy.loss(state, actions, future=torch.rand(4, 4, 18)).shape == (4,)
+    # one-stage (no mid state) == mid state equal to the first one at offset 0; a different mid state
+    # changes the chunk
+    torch.manual_seed(1)
+    one = policy.sample(state)
+    torch.manual_seed(1)
+    same = policy.sample(state, mid_state=state, mid_offset=torch.zeros(4, dtype=torch.long))
+    torch.manual_seed(1)
+    other = policy.sample(state, mid_state=torch.rand(4, 18), mid_offset=torch.full((4,), 2))
+    torch.testing.assert_close(one, same)
+    assert not torch.allclose(one, other)

@@ -16,7 +16,10 @@ Modes (``ChunkingConfig.mode``), ALGORITHMS.md section 1:
                    the ``delay_quantile`` of them (+ margin), so the answer arrives before it does.
                    The request carries the committed actions that execute meanwhile (state
                    augmentation); ``splice``: ``prefix`` (the chunk agrees with the committed prefix,
-                   taken from where the prefix ends), ``replace`` or ``blend``.
+                   taken from where the prefix ends), ``replace`` or ``blend``. With
+                   ``mid_observation_ticks`` = d_RL > 0 the request is two-stage (ARLI late binding):
+                   d_RL ticks before the chunk is due the executor sends the then-current observation
+                   and the policy finishes the chunk with it.
 
 Units: ticks everywhere; actions in the queue are robot units, the policy sees normalised ones.
 """
@@ -54,6 +57,8 @@ class ChunkingConfig:
     execute_horizon: int = 0        # s: ask for the next chunk once s actions of this one ran (0 = all H);
                                     # latency_aware asks earlier when the delay needs it
     request_timeout: int = 100      # ticks without an answer after which a request is re-sent
+    mid_observation_ticks: int = 0  # latency_aware: d_RL, send a mid-inference observation this many ticks
+                                    # before the chunk is due (0 = one-stage requests)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -72,6 +77,10 @@ class ChunkingConfig:
             raise ValueError("chunking.delay_window must be >= 1; initial_delay, margin, max_prefix >= 0")
         if self.request_timeout < 1:
             raise ValueError(f"chunking.request_timeout must be >= 1, got {self.request_timeout}")
+        if self.mid_observation_ticks < 0:
+            raise ValueError(f"chunking.mid_observation_ticks must be >= 0, got {self.mid_observation_ticks}")
+        if self.mid_observation_ticks and self.mode != "latency_aware":
+            raise ValueError("chunking.mid_observation_ticks needs chunking.mode=latency_aware")
 
 
 class DelayEstimator:
@@ -133,6 +142,10 @@ class ChunkExecutor:
         self._next_id = 0
         self._in_flight: ChunkRequest | None = None
         self._sent_at = 0
+        self._mid_due: int | None = None  # tick to send the in-flight request's mid observation
+        if self.cfg.mid_observation_ticks and not getattr(client, "takes_mid_observation", False):
+            raise ValueError(f"chunking.mid_observation_ticks needs a client that takes mid-inference "
+                             f"observations (in-process); {type(client).__name__} does not")
 
     # --- scheduling --------------------------------------------------------------------------------
     def should_request(self, tick: int) -> bool:
@@ -146,7 +159,7 @@ class ChunkExecutor:
             return remaining / self.horizon <= self.cfg.queue_threshold
         return remaining <= max(self.delay.planned() + self.cfg.margin, self.horizon - s)
 
-    def _request(self, tick: int, observation: dict[str, np.ndarray]) -> None:
+    def _request(self, tick: int, observation: dict[str, np.ndarray], two_stage: bool = True) -> None:
         planned = self.delay.planned() if self.cfg.mode == "latency_aware" else 0
         prefix = np.zeros((0, self.action_spec.dim), np.float32)
         if self.cfg.mode == "latency_aware" and self.cfg.splice == "prefix":
@@ -160,9 +173,12 @@ class ChunkExecutor:
             self.queue.clear_from(tick)  # the robot stops here and waits for the new chunk
         if self.before_request is not None:
             self.before_request()
-        req = ChunkRequest(self._next_id, tick, observation, prefix, planned, self.robot_id)
+        # two-stage only when the mid observation would be newer than the first one
+        mid_ticks = self.cfg.mid_observation_ticks if two_stage and planned > self.cfg.mid_observation_ticks else 0
+        req = ChunkRequest(self._next_id, tick, observation, prefix, planned, self.robot_id, mid_ticks=mid_ticks)
         self._next_id += 1
         self._in_flight, self._sent_at = req, tick
+        self._mid_due = tick + planned - mid_ticks if mid_ticks else None
         self.metrics.requests += 1
         self.client.submit(req)
 
@@ -170,10 +186,12 @@ class ChunkExecutor:
     def _splice(self, resp: ChunkResponse, tick: int, measure: bool = True) -> None:
         if self._in_flight is None or resp.request_id != self._in_flight.request_id:
             return  # an answer to a request given up on: superseded
-        self._in_flight = None
+        self._in_flight, self._mid_due = None, None
         delay = tick - resp.tick
         if measure:
-            self.delay.add(delay)
+            # an answer held back for our own mid observation was computed earlier than it shows: record
+            # one tick less, so an estimate that is too high comes down (else it would confirm itself)
+            self.delay.add(max(0, delay - 1) if resp.waited_for_mid else delay)
             self.metrics.delays[delay] += 1
         self.metrics.chunks += 1
         actions = self.action_spec.to_robot(np.asarray(resp.actions, np.float32))
@@ -200,7 +218,7 @@ class ChunkExecutor:
         real = clock.period > 0
         self.queue.clear()
         self._in_flight = None
-        self._request(tick, observation)
+        self._request(tick, observation, two_stage=False)  # at rest: a later observation is the same
         t0 = time.perf_counter()
         while self._in_flight is not None:
             # at rest time does not count: take the answer whenever it is ready (a simulated clock's
@@ -212,6 +230,12 @@ class ChunkExecutor:
         if real:
             self.delay.add(int(np.ceil((time.perf_counter() - t0) / clock.period)))
 
+    def interrupt(self, tick: int) -> None:
+        """A human took over at ``tick``: drop the queued actions and forget the request in flight (its
+        chunk was planned for a robot that is no longer where it expected). Afterwards ``tick`` asks anew."""
+        self.queue.clear_from(tick)
+        self._in_flight, self._mid_due = None, None
+
     def tick(self, tick: int, observation: dict[str, np.ndarray]) -> TimedAction | None:
         """The action for ``tick``, or None for a stall (the caller holds the last safe command)."""
         for resp in self.client.poll(tick):
@@ -219,6 +243,9 @@ class ChunkExecutor:
         if self._in_flight is not None and tick - self._sent_at > self.cfg.request_timeout:
             self._in_flight = None  # lost (e.g. the server restarted): ask again
             self.metrics.resent += 1
+        if self._mid_due is not None and tick >= self._mid_due and self._in_flight is not None:
+            self.client.submit_mid(self._in_flight.request_id, tick, observation)
+            self._mid_due = None
         if self.should_request(tick):
             self._request(tick, observation)
             for resp in self.client.poll(tick):  # a zero-delay answer is usable this very tick

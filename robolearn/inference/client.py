@@ -4,6 +4,10 @@
     poll(tick) -> [resp]   the responses that have arrived by control tick ``tick``
     close()
 
+The in-process clients also take two-stage requests (``request.mid_ticks > 0``, ARLI late binding):
+``submit_mid(request_id, tick, observation)`` hands over the mid-inference observation and the policy
+finishes the chunk with it; they say so with ``takes_mid_observation = True``.
+
 ``SimulatedLatencyClient``: evaluates the policy at once and releases the answer ``clock.inference_ticks()``
 ticks later (deterministic for a seed; runs faster than real time). ``ThreadedClient``: the policy runs
 in a worker thread in this process; answers arrive when they are done. ``RemoteClient``: a DEALER
@@ -15,6 +19,7 @@ from __future__ import annotations
 import queue
 import threading
 
+import numpy as np
 import torch
 import zmq
 
@@ -33,13 +38,32 @@ from robolearn.transport.wire import RejectCounter, WireError
 
 
 class SimulatedLatencyClient:
+    """Latency as a number of ticks drawn from the clock. A two-stage request is ready at
+    ``max(tick + drawn delay, mid tick + mid_ticks)``: the light head needs ``mid_ticks`` after the mid
+    observation; the policy itself is evaluated when that observation arrives."""
+
+    takes_mid_observation = True
+
     def __init__(self, runner: ChunkPolicyRunner, clock: SimClock) -> None:
         self.runner, self.clock = runner, clock
         self._pending: list[tuple[int, ChunkResponse]] = []
+        self._awaiting: dict[int, tuple[ChunkRequest, int]] = {}  # request id -> (request, due tick)
 
     def submit(self, request: ChunkRequest) -> None:
+        due = request.tick + self.clock.inference_ticks()
+        if request.mid_ticks > 0:
+            self._awaiting[request.request_id] = (request, due)
+            return
+        self._pending.append((due, self.runner.run([request])[0]))
+
+    def submit_mid(self, request_id: int, tick: int, observation: dict[str, np.ndarray]) -> None:
+        if request_id not in self._awaiting:
+            return  # given up on
+        request, due = self._awaiting.pop(request_id)
+        request.mid_observation, request.mid_tick = observation, tick
         resp = self.runner.run([request])[0]
-        self._pending.append((request.tick + self.clock.inference_ticks(), resp))
+        resp.waited_for_mid = tick + request.mid_ticks > due
+        self._pending.append((max(due, tick + request.mid_ticks), resp))
 
     def poll(self, tick: int) -> list[ChunkResponse]:
         ready = [r for t, r in self._pending if t <= tick]
@@ -48,13 +72,22 @@ class SimulatedLatencyClient:
 
     def close(self) -> None:
         self._pending.clear()
+        self._awaiting.clear()
 
 
 class ThreadedClient:
-    def __init__(self, runner: ChunkPolicyRunner, threads: int = 1) -> None:
+    """A worker thread runs the policy. A two-stage request waits there for its mid-inference observation
+    (at most ``mid_timeout_s``; then it is finished with the first observation alone)."""
+
+    takes_mid_observation = True
+
+    def __init__(self, runner: ChunkPolicyRunner, threads: int = 1, mid_timeout_s: float = 1.0) -> None:
         self.runner = runner
+        self.mid_timeout_s = mid_timeout_s
         self._requests: queue.Queue[ChunkRequest | None] = queue.Queue()
         self._done: queue.Queue[ChunkResponse] = queue.Queue()
+        self._mids: dict[int, tuple[int, dict[str, np.ndarray]]] = {}
+        self._mid_arrived = threading.Condition()
         self._threads = threads
         self._worker = threading.Thread(target=self._serve, name="policy-inference", daemon=True)
         self._worker.start()
@@ -62,10 +95,27 @@ class ThreadedClient:
     def _serve(self) -> None:
         torch.set_num_threads(self._threads)  # pinned: OpenMP threads must not oversubscribe the cores
         while (req := self._requests.get()) is not None:
-            self._done.put(self.runner.run([req])[0])
+            waited = False
+            if req.mid_ticks > 0:
+                with self._mid_arrived:
+                    waited = req.request_id not in self._mids
+                    self._mid_arrived.wait_for(lambda: req.request_id in self._mids, self.mid_timeout_s)
+                    mid = self._mids.pop(req.request_id, None)
+                    for stale in [i for i in self._mids if i < req.request_id]:
+                        del self._mids[stale]  # arrived after its request had given up waiting
+                if mid is not None:
+                    req.mid_tick, req.mid_observation = mid
+            resp = self.runner.run([req])[0]
+            resp.waited_for_mid = waited
+            self._done.put(resp)
 
     def submit(self, request: ChunkRequest) -> None:
         self._requests.put(request)
+
+    def submit_mid(self, request_id: int, tick: int, observation: dict[str, np.ndarray]) -> None:
+        with self._mid_arrived:
+            self._mids[request_id] = (tick, observation)
+            self._mid_arrived.notify_all()
 
     def poll(self, tick: int) -> list[ChunkResponse]:
         out = []

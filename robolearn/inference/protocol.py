@@ -2,7 +2,8 @@
 
 A request carries the observation it was taken from and its tick, the committed actions (queued
 actions that will execute while the chunk is computed; ARLI state augmentation / the RTC prefix),
-and the delay in ticks it was planned for. The response is a chunk for ticks ``tick .. tick+H-1``
+and the delay in ticks it was planned for; a two-stage request is completed later by a
+mid-inference observation (ARLI, ALGORITHMS.md section 2). The response is a chunk for ticks ``tick .. tick+H-1``
 whose first ``prefix_len`` actions equal the committed ones (for prefix-conditioned policies),
 tagged with the weight version that computed it.
 
@@ -29,6 +30,11 @@ class ChunkRequest:
     prefix: np.ndarray              # (d, A) committed actions, normalised to [-1, 1]
     planned_delay: int = 0          # ticks the scheduler expects the inference to take
     robot_id: str = ""
+    # two-stage (ARLI late binding): mid_ticks > 0 announces a mid-inference observation, taken
+    # mid_ticks before the chunk is due; the client attaches it (mid_observation, its tick mid_tick)
+    mid_ticks: int = 0
+    mid_observation: dict[str, np.ndarray] | None = None
+    mid_tick: int | None = None
 
     @property
     def prefix_len(self) -> int:
@@ -43,9 +49,14 @@ class ChunkResponse:
     policy_version: int
     prefix_len: int = 0
     compute_ms: float = 0.0
+    # two-stage: the answer was held back waiting for the mid observation (the delay it shows is then
+    # the executor's own timing, not the policy's)
+    waited_for_mid: bool = False
 
 
 def request_to_wire(req: ChunkRequest) -> tuple[dict, dict[str, np.ndarray]]:
+    if req.mid_ticks:
+        raise ValueError("two-stage requests (a mid-inference observation) are served in-process only")
     meta = {"request_id": req.request_id, "tick": req.tick, "planned_delay": req.planned_delay}
     arrays = {f"{OBS_PREFIX}{k}": v for k, v in req.observation.items()}
     arrays["prefix"] = np.asarray(req.prefix, np.float32)

@@ -2,8 +2,10 @@
 
 The policy implements ``predict_chunk(observations {key: (B, ...)}, prefix (B, D, A), prefix_len (B,),
 explore) -> (B, H, A)`` in normalised action units (``policies.flow_chunk.FlowChunkPolicy``; the Gaussian MLP
-policy and lerobot policies ignore the prefix). Requests are validated against the observation spec
-before they reach the model.
+policy and lerobot policies ignore the prefix). A policy with ``takes_mid_observation = True`` also gets
+``mid_observations`` (the same keys) and ``mid_offsets`` (B,) ticks after the first observation (two-stage
+requests; a one-stage request passes its observation again with offset 0). Requests are validated against
+the observation spec before they reach the model.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ class ChunkPolicyRunner:
         self.obs_spec.validate(req.observation)
         if req.prefix.shape[1:] != (self.action_dim,):
             raise SpecError(f"prefix: shape {tuple(req.prefix.shape)}, expected (d, {self.action_dim})")
+        if req.mid_observation is not None:
+            self.obs_spec.validate(req.mid_observation)
         horizon = getattr(self.policy, "horizon", None)
         if horizon is not None and req.prefix_len >= horizon:
             raise SpecError(f"prefix: {req.prefix_len} committed actions, the chunk has only {horizon}")
@@ -43,8 +47,18 @@ class ChunkPolicyRunner:
         for i, r in enumerate(requests):
             prefix[i, :r.prefix_len] = r.prefix
         lens = np.array([r.prefix_len for r in requests], np.int64)
+        extra = {}
+        two_stage = [r.mid_observation is not None for r in requests]
+        if getattr(self.policy, "takes_mid_observation", False):
+            mids = [r.mid_observation if r.mid_observation is not None else r.observation for r in requests]
+            extra["mid_observations"] = {k: np.stack([m[k] for m in mids]) for k in self.obs_spec.arrays}
+            extra["mid_offsets"] = np.array([r.mid_tick - r.tick if m else 0 for r, m in zip(requests, two_stage)],
+                                            np.int64)
+        elif any(two_stage):
+            raise SpecError(f"a two-stage request (chunking.mid_observation_ticks > 0) reached "
+                            f"{type(self.policy).__name__}, which takes no mid-inference observation")
         with torch.no_grad():
-            chunks = self.policy.predict_chunk(observations, prefix, lens, explore=self.explore)
+            chunks = self.policy.predict_chunk(observations, prefix, lens, explore=self.explore, **extra)
         ms = (time.perf_counter() - t0) * 1e3
         return [ChunkResponse(r.request_id, r.tick, chunks[i], self.version, r.prefix_len, ms)
                 for i, r in enumerate(requests)]

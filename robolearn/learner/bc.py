@@ -3,7 +3,8 @@
 Demos become (state, chunk) pairs: the state at tick t and the next H actions a_t..a_{t+H-1},
 normalised to [-1, 1]; a chunk running past the episode end is padded with the hold action (no
 change) and those positions are masked out of the loss. The policy's own ``loss`` does the rest
-(for the flow policy: prefix-masked flow matching).
+(for the flow policy: prefix-masked flow matching). For policies that take a mid-inference
+observation each pair also keeps the states 0..D ticks later (``future``, held at the episode end).
 """
 
 from __future__ import annotations
@@ -22,6 +23,15 @@ class ChunkDataset:
     valid: np.ndarray    # (N, H) float32, 1 where the chunk position is a real demo action
     episodes: int
     successes: int
+    future: np.ndarray | None = None  # (N, D+1, S) float32, the states 0..D ticks later
+
+
+def future_states(states: np.ndarray, max_offset: int) -> np.ndarray:
+    """One episode's states (T, S) -> (T, max_offset + 1, S): row t holds s_t .. s_{t+D}, the last state
+    repeated past the episode end."""
+    t_len = len(states)
+    idx = np.minimum(np.arange(t_len)[:, None] + np.arange(max_offset + 1)[None, :], t_len - 1)
+    return np.asarray(states, np.float32)[idx]
 
 
 def chunk_pairs(states: list[np.ndarray], actions: list[np.ndarray], horizon: int) -> tuple[np.ndarray, ...]:
@@ -33,14 +43,15 @@ def chunk_pairs(states: list[np.ndarray], actions: list[np.ndarray], horizon: in
     return s, padded[idx], (idx < t_len).astype(np.float32)
 
 
-def expert_demos(env, episodes: int, horizon: int, seed: int = 0, action_noise: float = 0.0) -> ChunkDataset:
+def expert_demos(env, episodes: int, horizon: int, seed: int = 0, action_noise: float = 0.0,
+                 future: int = 0) -> ChunkDataset:
     """Run the env's scripted expert for ``episodes`` seeded episodes and cut them into chunks.
 
     ``action_noise`` > 0 (normalised units) executes ``expert + N(0, noise)`` while recording the expert's
     own action as the label (DART): the demos then show how to recover from small mistakes, which a
-    cloned policy makes."""
+    cloned policy makes. ``future`` = D > 0 also keeps the states 0..D ticks after each pair."""
     rng = np.random.default_rng(seed)
-    all_s, all_c, all_v, successes = [], [], [], 0
+    all_s, all_c, all_v, all_f, successes = [], [], [], [], 0
     for ep in range(episodes):
         obs, _ = env.reset(seed=seed + ep)
         states, actions, done, info = [], [], False, {}
@@ -57,7 +68,10 @@ def expert_demos(env, episodes: int, horizon: int, seed: int = 0, action_noise: 
         successes += int(bool(info.get("success")))
         s, c, v = chunk_pairs(states, actions, horizon)
         all_s.append(s), all_c.append(c), all_v.append(v)
-    return ChunkDataset(np.concatenate(all_s), np.concatenate(all_c), np.concatenate(all_v), episodes, successes)
+        if future:
+            all_f.append(future_states(s, future))
+    return ChunkDataset(np.concatenate(all_s), np.concatenate(all_c), np.concatenate(all_v), episodes, successes,
+                        np.concatenate(all_f) if future else None)
 
 
 def train_bc(policy: torch.nn.Module, data: ChunkDataset, steps: int, batch_size: int = 256, lr: float = 1e-3,
@@ -68,13 +82,15 @@ def train_bc(policy: torch.nn.Module, data: ChunkDataset, steps: int, batch_size
     states = torch.as_tensor(data.states)
     chunks = torch.as_tensor(data.chunks)
     valid = torch.as_tensor(data.valid)
+    future = None if data.future is None else torch.as_tensor(data.future)
     opt = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=1e-4)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps, eta_min=lr * 0.05)
     policy.train()
     losses, t0 = [], time.perf_counter()
     for step in range(steps):
         idx = torch.randint(0, len(states), (batch_size,), generator=gen)
-        loss = policy.loss(states[idx], chunks[idx], valid=valid[idx]).mean()
+        extra = {} if future is None else {"future": future[idx]}
+        loss = policy.loss(states[idx], chunks[idx], valid=valid[idx], **extra).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
