@@ -57,6 +57,8 @@ def load_builtins() -> None:
     # imported here, not at module top, so the core does not depend on sim/policies at import time
     import robolearn.hardware.gym_adapter  # noqa: F401
     import robolearn.hardware.lerobot_robot  # noqa: F401
+    import robolearn.learner.habc  # noqa: F401
+    import robolearn.learner.hiors  # noqa: F401
     import robolearn.learner.sac  # noqa: F401
     import robolearn.policies.flow_chunk  # noqa: F401
     import robolearn.policies.mlp  # noqa: F401

@@ -169,6 +169,8 @@ class ReplayBuffer:
         self.counts_by_source = np.zeros(3, np.int64)
         # by episode index, for vectorised lookups in sampling: success, final observations
         self._ep_success = np.zeros(1024, bool)
+        self._ep_ended = np.zeros(1024, bool)
+        self._ep_last_intervention = np.full(1024, -1, np.int64)  # step index of its last intervention step
         self._final_vec = {k: np.zeros((1024, *obs_spec.arrays[k].shape), obs_spec.arrays[k].dtype)
                            for k in self.vec_keys}
         self._final_img: dict[str, list[bytes | None]] = {k: [None] * 1024 for k in self.img_keys}
@@ -217,6 +219,7 @@ class ReplayBuffer:
         if table.alive(np.array([last]))[0]:
             table.cols["truncated"][table.slot(last)] = True
         ep.ended = ep.truncated_by_recovery = True  # its last step has no known next observation
+        self._ep_ended[self._episode_index[key]] = True
 
     # ============================================================================================
     # adding
@@ -286,6 +289,9 @@ class ReplayBuffer:
             self.episodes[ep_idx] = Episode(robot_id, key[1], partition, table_name, first_gid=table.n)
             if ep_idx >= len(self._ep_success):  # per-episode arrays grow together
                 self._ep_success = np.concatenate([self._ep_success, np.zeros_like(self._ep_success)])
+                self._ep_ended = np.concatenate([self._ep_ended, np.zeros_like(self._ep_ended)])
+                self._ep_last_intervention = np.concatenate(
+                    [self._ep_last_intervention, np.full_like(self._ep_last_intervention, -1)])
                 for k in self.vec_keys:
                     self._final_vec[k] = np.concatenate([self._final_vec[k], np.zeros_like(self._final_vec[k])])
                 for k in self.img_keys:
@@ -332,6 +338,8 @@ class ReplayBuffer:
         ep.n_steps += n
         ep.ret += float(d["reward"].sum())
         ep.interventions += int(d["intervention"].sum())
+        if d["intervention"].any():
+            self._ep_last_intervention[ep_idx] = int(d["step"][np.flatnonzero(d["intervention"])[-1]])
         self.counts_by_source += np.bincount(d["action_source"], minlength=3)[:3]
         self.max_version = max(self.max_version, int(d["policy_version"].max()))
         ep.last_gid = int(gids[-1])
@@ -339,6 +347,7 @@ class ReplayBuffer:
             ep.ended = True
             ep.success = bool(d["success"][-1])
             self._ep_success[ep_idx] = ep.success
+            self._ep_ended[ep_idx] = True
             for k in self.vec_keys:
                 self._final_vec[k][ep_idx] = d[f"{FINAL_OBS_PREFIX}{k}"]
             for k in self.img_keys:
@@ -395,6 +404,12 @@ class ReplayBuffer:
         self._part_head[part] = head
         return arr[head:n]
 
+    def episode(self, robot_id: str, episode_id: int, partition: str = "online") -> Episode | None:
+        """The bookkeeping of one episode (steps, return, success, interventions), None if unknown."""
+        with self.lock:
+            idx = self._episode_index.get((robot_id, episode_id, partition))
+            return None if idx is None else self.episodes[idx]
+
     def partition_sizes(self) -> dict[str, int]:
         with self.lock:
             return {p: len(self._live(p)) for p in PARTITIONS}
@@ -402,24 +417,29 @@ class ReplayBuffer:
     def sample(self, batch_size: int, horizon: int = 1, gamma: float = 0.99, n_step: int | None = None,
                mix: dict[str, float] | None = None, age_decay: float | None = None, age_uniform: float = 0.5,
                current_version: int | None = None, success_only: bool = False,
-               min_return: float | None = None, with_info: bool = False) -> dict[str, np.ndarray]:
+               min_return: float | None = None, min_episode_steps: int = 0,
+               with_info: bool = False) -> dict[str, np.ndarray]:
         """A batch of windows of ``horizon`` consecutive steps (actions) with ``n_step`` returns.
 
         Who is drawn: ``mix`` gives partition ratios (e.g. ``{"online": 0.5, "demo": 0.5}``; default:
         uniform over every sampleable step); ``age_decay`` weights a step by decay^(current_version -
         its policy version), mixed with uniform in proportion ``age_uniform``; ``success_only`` /
-        ``min_return`` keep only committed episodes that succeeded / reached that return (Hi-ORS).
+        ``min_return`` / ``min_episode_steps`` keep only committed episodes that succeeded / reached that
+        return / are that long (Hi-ORS).
 
         Returns ``obs.<key>`` / ``next_obs.<key>`` (B, ...), images uint8; ``action`` (B, horizon, A)
         in robot units, padded with the last action after an episode end, ``action_mask`` (B, horizon);
         ``reward`` (B,) = sum_k gamma^k r_{t+k} over n steps; ``discount`` (B,) = gamma^n, 0 after
         termination. With ``with_info``: ``intervention``, ``action_source``, ``policy_version``,
-        ``partition`` (B,) of the first step, and ``episode_success`` (B,) (each extra field is another
-        random gather, so plain SAC batches leave them out).
+        ``partition`` (B,) of the first step, ``episode_success`` / ``episode_ended`` (B,), and ``labelled``
+        (B,): the step is autonomous, in an ended episode, after that episode's last intervention (the
+        steps HABC labels with the outcome). Each extra field is another random gather, so plain SAC
+        batches leave them out.
         """
         n_step = horizon if n_step is None else n_step
         with self.lock:
-            picks = self._pick(batch_size, mix, age_decay, age_uniform, current_version, success_only, min_return)
+            picks = self._pick(batch_size, mix, age_decay, age_uniform, current_version, success_only, min_return,
+                               min_episode_steps)
             by_table: dict[str, list] = {}
             for part, gids in picks:
                 if len(gids):
@@ -440,9 +460,9 @@ class ReplayBuffer:
                 out[f"{prefix}{k}"] = self._decompress(k, out.pop(f"{prefix}{k}"))
         return out
 
-    def _pick(self, b, mix, age_decay, age_uniform, current_version, success_only, min_return):
-        if success_only or min_return is not None:
-            cands = self._filtered_gids(success_only, min_return)
+    def _pick(self, b, mix, age_decay, age_uniform, current_version, success_only, min_return, min_steps=0):
+        if success_only or min_return is not None or min_steps:
+            cands = self._filtered_gids(success_only, min_return, min_steps)
             total = sum(len(g) for _, g in cands)
             if total == 0:
                 raise RuntimeError("no committed episode passes the success/return filter yet")
@@ -499,10 +519,13 @@ class ReplayBuffer:
             drawn[dead] = gids[self.rng.integers(0, len(gids), int(dead.sum()))]
         return drawn[table.alive(drawn)]
 
-    def _filtered_gids(self, success_only: bool, min_return: float | None) -> list[tuple[str, np.ndarray]]:
+    def _filtered_gids(self, success_only: bool, min_return: float | None,
+                       min_steps: int = 0) -> list[tuple[str, np.ndarray]]:
         by_part: dict[str, list[np.ndarray]] = {p: [] for p in PARTITIONS}
         for ep in self.episodes.values():
             if not ep.ended or (success_only and not ep.success) or (min_return is not None and ep.ret < min_return):
+                continue
+            if ep.n_steps < min_steps:
                 continue
             table = self.tables[ep.table]
             gids = np.arange(ep.first_gid, ep.last_gid + 1)
@@ -540,9 +563,14 @@ class ReplayBuffer:
         out = {"action": action, "action_mask": mask, "reward": reward.astype(np.float32, copy=False),
                "discount": (~cols["terminated"][ls] * disc).astype(np.float32, copy=False)}
         if part_codes is not None:
+            ep = cols["episode_key"][ss]
+            # outcome-labelled (HABC credit): an autonomous step of an ended episode after its last intervention
+            labelled = (self._ep_ended[ep] & ~cols["intervention"][ss]
+                        & (cols["step"][ss] > self._ep_last_intervention[ep]))
             out.update({"intervention": cols["intervention"][ss], "action_source": cols["action_source"][ss],
                         "policy_version": cols["policy_version"][ss], "partition": part_codes,
-                        "episode_success": self._ep_success[cols["episode_key"][ss]]})
+                        "episode_success": self._ep_success[ep], "episode_ended": self._ep_ended[ep],
+                        "labelled": labelled})
         succ_slot = table.slot(np.where(has_succ, nxt, last))
         ends = np.flatnonzero(~has_succ)
         ep_of_last = cols["episode_key"][ls[ends]]

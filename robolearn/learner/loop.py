@@ -1,8 +1,8 @@
 """The learner process: ingest transitions, persist them, update, publish weights, checkpoint.
 
-    loop:
+    loop (the same for every algorithm: ``algo=sac|habc|hiors``):
         drain the transitions socket -> validate -> persist in the replay buffer (the ack point)
-        while updates < utd * (env_steps - learning_starts): sample a batch, update
+        while updates < utd * (env_steps - max(learning_starts, batch_size)): algo.sample_batch(buffer), algo.update(batch)
         every ``publish_every`` updates: version += 1, PUB the actor weights (+ heartbeat re-sends)
         every ``checkpoint_every_s``: atomic checkpoint (weights, optimisers, temperature, RNG, counters)
 
@@ -66,6 +66,7 @@ class Learner:
         self.latest_transition_version = 0
         self.resumed_from: dict | None = None
         self.updates_per_s = 0.0
+        self._replay_rng: dict | None = None  # replay generator state after the last consumed batch
         b = cfg.buffer
         self.buffer = ReplayBuffer(run.buffer, self.obs_spec, self.action_spec, b.capacity, b.ram_budget_mb, b.fsync,
                                    b.fsync_interval_s, b.segment_mb, seed=cfg.seed)
@@ -108,14 +109,22 @@ class Learner:
         self.successes += int(success)
         self.recent.append(success)
 
-    def _sample(self) -> dict[str, torch.Tensor]:
-        """One SAC batch: H-step windows, actions normalised to [-1, 1] and flattened to (B, H * A)."""
-        a = self.cfg.algo
-        b = self.buffer.sample(a.batch_size, horizon=self.horizon, gamma=a.gamma)
-        action = self.action_spec.to_normalised(b["action"]).reshape(len(b["action"]), -1)
-        return {"obs": torch.from_numpy(b["obs.state"]), "next_obs": torch.from_numpy(b["next_obs.state"]),
-                "action": torch.from_numpy(action), "reward": torch.from_numpy(b["reward"]),
-                "discount": torch.from_numpy(b["discount"])}
+    # --- one update ----------------------------------------------------------------------------
+    def _sample(self) -> tuple[dict, dict]:
+        """A batch and the replay generator's state right after drawing it (prefetch thread or inline)."""
+        with self.buffer.lock:
+            return self.algo.sample_batch(self.buffer, self.action_spec), self.buffer.rng.bit_generator.state
+
+    def start_prefetch(self) -> Prefetcher | None:
+        depth = self.cfg.runtime.prefetch_batches
+        return Prefetcher(self._sample, depth) if depth else None
+
+    def update_once(self, prefetch: Prefetcher | None = None) -> dict[str, float]:
+        """Take the next batch and update. The generator state that follows the consumed batch is what a
+        checkpoint saves, so batches drawn ahead by the prefetcher are drawn again after a resume: the
+        resumed run's updates equal the uninterrupted run's."""
+        batch, self._replay_rng = prefetch.get(timeout=0.5) if prefetch else self._sample()
+        return self.algo.update(batch)
 
     # --- the loop ------------------------------------------------------------------------------
     def run_forever(self) -> None:
@@ -147,16 +156,16 @@ class Learner:
         last = {"heartbeat": t_start, "status": 0.0, "metrics": t_start, "checkpoint": t_start}
         updates_at_last_metrics = self.algo.num_updates
         metrics: dict[str, float] = {}
-        prefetch = Prefetcher(self._sample, cfg.runtime.prefetch_batches) if cfg.runtime.prefetch_batches else None
+        prefetch = self.start_prefetch()
         while not self.stop:
             self._ingest(pull, max_messages=256)
-            due = algo_cfg.utd_ratio * (self.env_steps - algo_cfg.learning_starts)
-            if self.algo.num_updates < due and self.env_steps >= algo_cfg.batch_size:
+            start = max(algo_cfg.learning_starts, algo_cfg.batch_size)
+            due = algo_cfg.utd_ratio * (self.env_steps - start)
+            if self.algo.num_updates < due:
                 try:
-                    batch = prefetch.get(timeout=0.5) if prefetch else self._sample()
+                    metrics = self.update_once(prefetch)
                 except (queue.Empty, RuntimeError):  # nothing sampleable yet: keep ingesting, watch the stop flag
                     continue
-                metrics = self.algo.update(batch)
                 if self.algo.num_updates % algo_cfg.publish_every == 0:
                     self.version += 1
                     self._publish(pub)
@@ -215,6 +224,9 @@ class Learner:
             self.latest_transition_version = int(arrays["policy_version"][-1])
             if arrays["terminated"][-1] or arrays["truncated"][-1]:
                 self._count_episode(bool(arrays["success"][-1]))
+                if hasattr(self.algo, "on_episode"):  # e.g. Hi-ORS moves its acceptance threshold
+                    ep = self.buffer.episode(msg.sender, int(arrays["episode_id"][-1]))
+                    self.algo.on_episode(ep.ret)
             self.recording.log_transitions(msg.sender, msg.arrays)
             got += 1
         return got
@@ -223,7 +235,9 @@ class Learner:
         """PUB the actor weights: a sparse delta from the previous version when that is smaller
         (``transport.weight_sync``), a full snapshot on heartbeats and every ``runtime.weights_full_every``."""
         cfg = self.cfg.algo
-        allowed = cfg.learning_starts + self.algo.num_updates / cfg.utd_ratio + self.cfg.runtime.max_steps_ahead
+        # updates start at max(learning_starts, batch_size) steps; actors may run max_steps_ahead beyond
+        start = max(cfg.learning_starts, cfg.batch_size)
+        allowed = start + self.algo.num_updates / cfg.utd_ratio + self.cfg.runtime.max_steps_ahead
         meta = {"version": self.version, "updates": self.algo.num_updates, "env_steps": self.env_steps,
                 "allowed_env_steps": int(allowed)}
         sync_meta, arrays = self.weight_sync.encode(self.version, weights_arrays(self.policy), force_full=full)
@@ -247,8 +261,10 @@ class Learner:
         })
 
     def checkpoint(self) -> None:
-        with self.buffer.lock:  # the prefetch thread draws from the same generator
-            replay_rng = self.buffer.rng.bit_generator.state
+        replay_rng = self._replay_rng
+        if replay_rng is None:  # nothing consumed yet
+            with self.buffer.lock:  # the prefetch thread draws from the same generator
+                replay_rng = self.buffer.rng.bit_generator.state
         state = {
             "algo": self.algo.state_dict(), "version": self.version, "env_steps": self.env_steps,
             "replay_rng": replay_rng, "torch_rng": torch.get_rng_state(),

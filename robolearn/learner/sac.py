@@ -21,8 +21,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from robolearn.buffer.replay_buffer import ReplayBuffer
 from robolearn.policies.mlp import GaussianChunkPolicy, ObsNormaliser
 from robolearn.registry import register
+from robolearn.specs import ActionSpec
 
 
 @dataclass
@@ -43,6 +45,7 @@ class SACConfig:
     utd_ratio: float = 1.0         # critic updates per environment step
     actor_update_every: int = 1    # actor (and temperature) updated every k critic updates
     learning_starts: int = 500     # environment steps before the first update
+    demo_ratio: float = 0.5        # RLPD: share of each batch drawn from demo + intervention steps (when any)
     publish_every: int = 25        # publish weights every K updates
     checkpoint_every_s: float = 20.0
 
@@ -56,6 +59,8 @@ class SACConfig:
             raise ValueError(f"algo.tau must be in (0, 1], got {self.tau}")
         if self.utd_ratio <= 0:
             raise ValueError(f"algo.utd_ratio must be > 0, got {self.utd_ratio}")
+        if not 0 <= self.demo_ratio < 1:
+            raise ValueError(f"algo.demo_ratio must be in [0, 1), got {self.demo_ratio}")
         for key in ("batch_size", "actor_update_every", "publish_every"):
             if getattr(self, key) < 1:
                 raise ValueError(f"algo.{key} must be >= 1, got {getattr(self, key)}")
@@ -118,6 +123,32 @@ class SAC:
         self.num_updates = 0
         self._last_actor_metrics: dict[str, float] = {}
 
+    def sample_batch(self, buffer: ReplayBuffer, action_spec: ActionSpec) -> dict[str, torch.Tensor]:
+        """One batch of H-step windows (RLPD: ``demo_ratio`` of it from demo and intervention steps, pooled
+        by size, the rest online; all online while there are none): obs (B, D), action (B, H * A) in
+        [-1, 1], reward (B,) H-step return, discount (B,), next_obs (B, D)."""
+        sizes = buffer.partition_sizes()
+        offline = sizes["demo"] + sizes["intervention"]
+        mix = None
+        if self.cfg.demo_ratio > 0 and offline:
+            r = self.cfg.demo_ratio
+            mix = {"online": 1 - r, "demo": r * sizes["demo"] / offline,
+                   "intervention": r * sizes["intervention"] / offline}
+        b = buffer.sample(self.cfg.batch_size, horizon=self.actor.horizon, gamma=self.cfg.gamma, mix=mix)
+        action = action_spec.to_normalised(b["action"]).reshape(len(b["action"]), -1)
+        return {"obs": torch.from_numpy(b["obs.state"]), "next_obs": torch.from_numpy(b["next_obs.state"]),
+                "action": torch.from_numpy(action), "reward": torch.from_numpy(b["reward"]),
+                "discount": torch.from_numpy(b["discount"])}
+
+    @torch.no_grad()
+    def td_target(self, reward: torch.Tensor, discount: torch.Tensor, next_obs: torch.Tensor,
+                  alpha: torch.Tensor) -> torch.Tensor:
+        """y = r + discount * (min over a random subset of target critics Q'(s', a') - alpha log pi(a'|s')), (B,)."""
+        next_action, next_log_prob = self.actor.sample(next_obs)
+        target_q = self.critic_target(next_obs, next_action)
+        subset = torch.randperm(self.cfg.num_critics, generator=self.generator)[: self.cfg.critic_subset]
+        return reward + discount * (target_q[subset].min(dim=0).values - alpha * next_log_prob)
+
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """One update from a batch: obs (B, D), action (B, H*A) in [-1, 1], reward (B,),
         discount (B,) = gamma^n or 0 after termination, next_obs (B, D)."""
@@ -126,12 +157,7 @@ class SAC:
         alpha = self.log_alpha.exp().detach()
 
         # --- critic: regress every member onto the min over a random subset of target critics
-        with torch.no_grad():
-            next_action, next_log_prob = self.actor.sample(next_obs)
-            target_q = self.critic_target(next_obs, next_action)
-            subset = torch.randperm(self.cfg.num_critics, generator=self.generator)[: self.cfg.critic_subset]
-            next_v = target_q[subset].min(dim=0).values - alpha * next_log_prob
-            y = reward + discount * next_v
+        y = self.td_target(reward, discount, next_obs, alpha)
         q = self.critic(obs, action)
         critic_loss = ((q - y.unsqueeze(0)) ** 2).mean(dim=1).sum()
         self.critic_opt.zero_grad(set_to_none=True)

@@ -1,0 +1,37 @@
+"""Batches of action-chunk windows for the imitation-style learners (HABC, Hi-ORS).
+
+One sample is the window (s_t, a_{t:t+H}, s') of ``horizon`` steps from the replay buffer, where s' is
+the observation after the window (the episode's final observation when the window reaches its end),
+with the per-step labels the losses need. Actions are normalised to [-1, 1].
+
+Shapes: ``obs``/``next_obs`` (B, S); ``actions`` (B, H, A); ``valid`` (B, H) float (1 for real steps,
+0 past an episode end); ``done`` (B,) float, 1 when the window ends its episode by termination;
+``demo``, ``intervention``, ``labelled``, ``episode_success`` (B,) float.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from robolearn.buffer.replay_buffer import PARTITIONS, ReplayBuffer
+from robolearn.specs import ActionSpec
+
+DEMO_CODE = PARTITIONS.index("demo")
+
+
+def sample_chunk_windows(buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: int, horizon: int,
+                         **filters) -> dict[str, torch.Tensor]:
+    """``filters`` go to ``ReplayBuffer.sample`` (``mix``, ``min_return``, ``min_episode_steps``, ...)."""
+    b = buffer.sample(batch_size, horizon=horizon, gamma=1.0, with_info=True, **filters)
+    actions = action_spec.to_normalised(b["action"]).astype(np.float32)
+
+    def t(x, dtype=torch.float32):
+        return torch.as_tensor(np.asarray(x), dtype=dtype)
+
+    return {
+        "obs": t(b["obs.state"]), "next_obs": t(b["next_obs.state"]), "actions": t(actions),
+        "valid": t(b["action_mask"]), "done": t(b["discount"] == 0.0),
+        "demo": t(b["partition"] == DEMO_CODE), "intervention": t(b["intervention"]),
+        "labelled": t(b["labelled"]), "episode_success": t(b["episode_success"]),
+    }

@@ -1,0 +1,126 @@
+"""Hi-ORS: rejection sampling with reward-weighted supervision (ALGORITHMS.md section 5).
+
+An episode is accepted when its return R >= m; the threshold m never decreases. The policy is trained
+by flow matching on windows of accepted episodes only (interventions inside them are kept):
+
+    L = E[ 1[R >= m] * || v_theta(x_u, u, s) - (x_1 - x_0) ||^2 ]
+
+Rejected episodes are simply not sampled (the buffer's ``min_return`` filter), so every sampled window
+has weight 1. Episodes shorter than ``min_episode_steps`` are dropped, and so are windows whose first
+action is a no-op (every normalised element within ``noop_tolerance`` of the hold action, 0 for delta
+tasks).
+
+The threshold rule (ours, the simpler one the section leaves open): after each finished episode,
+m <- max(m, the ``threshold_quantile`` of the returns of the last ``threshold_window`` episodes), starting
+from ``initial_threshold``. The accepted set thus tightens as the policy improves. Update-to-data ratio
+about 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from robolearn.buffer.replay_buffer import ReplayBuffer
+from robolearn.learner.chunk_batch import sample_chunk_windows
+from robolearn.registry import register
+from robolearn.specs import ActionSpec
+
+
+@dataclass
+class HiORSConfig:
+    """``algo=hiors``."""
+
+    name: str = "hiors"
+    batch_size: int = 256
+    actor_lr: float = 3e-4
+    initial_threshold: float = -math.inf
+    threshold_quantile: float = 0.5
+    threshold_window: int = 50          # episodes
+    min_episode_steps: int = 5
+    noop_tolerance: float = 1e-3        # normalised action units
+    utd_ratio: float = 1.0
+    learning_starts: int = 0
+    publish_every: int = 25
+    checkpoint_every_s: float = 20.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.threshold_quantile <= 1:
+            raise ValueError(f"algo.threshold_quantile must be in [0, 1], got {self.threshold_quantile}")
+        for key in ("batch_size", "threshold_window", "publish_every"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"algo.{key} must be >= 1, got {getattr(self, key)}")
+
+
+class AcceptanceThreshold:
+    """The non-decreasing return threshold m."""
+
+    def __init__(self, initial: float, quantile: float, window: int) -> None:
+        self.value = initial
+        self.quantile = quantile
+        self.returns: deque[float] = deque(maxlen=window)
+
+    def observe(self, episode_return: float) -> float:
+        self.returns.append(float(episode_return))
+        self.value = max(self.value, float(np.quantile(np.fromiter(self.returns, float), self.quantile)))
+        return self.value
+
+
+def not_noop(actions: torch.Tensor, tolerance: float) -> torch.Tensor:
+    """(B, H, A) normalised chunks -> (B,) 1 where the first action moves something."""
+    return (actions[:, 0].abs() > tolerance).any(-1).float()
+
+
+class HiORS:
+    def __init__(self, policy: nn.Module, config: HiORSConfig, seed: int = 0) -> None:
+        self.cfg = config
+        self.actor = policy
+        self.horizon = policy.horizon
+        self.threshold = AcceptanceThreshold(config.initial_threshold, config.threshold_quantile,
+                                             config.threshold_window)
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=config.actor_lr)
+        self.num_updates = 0
+
+    def on_episode(self, episode_return: float, partition: str = "online") -> None:
+        """Called for every finished online episode (demos do not move the threshold)."""
+        if partition != "demo":
+            self.threshold.observe(episode_return)
+
+    def sample_batch(self, buffer: ReplayBuffer, action_spec: ActionSpec) -> dict[str, torch.Tensor]:
+        m = self.threshold.value
+        return sample_chunk_windows(buffer, action_spec, self.cfg.batch_size, self.horizon,
+                                    min_return=None if m == -math.inf else m,
+                                    min_episode_steps=self.cfg.min_episode_steps)
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        keep = not_noop(batch["actions"], self.cfg.noop_tolerance)
+        self.actor.train()
+        fm = self.actor.loss(batch["obs"], batch["actions"], valid=batch["valid"])
+        loss = (keep * fm).sum() / keep.sum().clamp(min=1.0)
+        self.actor_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.actor_opt.step()
+        self.actor.eval()
+        self.num_updates += 1
+        return {"actor_loss": loss.item(), "threshold": self.threshold.value, "noop_fraction": 1 - keep.mean().item()}
+
+    def state_dict(self) -> dict:
+        return {"actor": self.actor.state_dict(), "actor_opt": self.actor_opt.state_dict(),
+                "num_updates": self.num_updates, "threshold": self.threshold.value,
+                "threshold_returns": torch.tensor(list(self.threshold.returns), dtype=torch.float64)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.num_updates = int(state["num_updates"])
+        self.threshold.value = float(state["threshold"])
+        self.threshold.returns.clear()
+        self.threshold.returns.extend(state["threshold_returns"].tolist())
+
+
+register("algo", "hiors", HiORSConfig, HiORS)

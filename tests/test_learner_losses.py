@@ -1,0 +1,123 @@
+"""The learners' losses against values computed by hand on tiny batches (ALGORITHMS.md sections 3-5)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from robolearn.buffer.replay_buffer import ReplayBuffer
+from robolearn.learner.habc import gate, normalise_weights, raw_weights, value_losses
+from robolearn.learner.hiors import AcceptanceThreshold, not_noop
+from robolearn.learner.sac import SAC, SACConfig
+from robolearn.policies.mlp import GaussianChunkPolicy, MLPPolicyConfig
+from robolearn.specs import ActionSpec, ArraySpec, ObservationSpec
+from robolearn.transition import TransitionWriter
+
+OBS = ObservationSpec({"state": ArraySpec((2,), low=(-100.0, -100.0), high=(100.0, 100.0))})
+ACT = ActionSpec(ArraySpec((1,), low=(-1.0,), high=(1.0,)))
+
+
+def window_batch(**cols):
+    """A chunk-window batch of len(any column) rows; unspecified labels are 0."""
+    n = len(next(iter(cols.values())))
+    keys = ("demo", "intervention", "labelled", "episode_success", "done")
+    return {k: torch.tensor(cols.get(k, [0.0] * n), dtype=torch.float32) for k in keys}
+
+
+def test_habc_gate_matches_hand_computed_values():
+    z_s, z_next = torch.tensor([0.0, 0.0]), torch.tensor([1.0, 1.0])
+    ve_s, ve_next = torch.tensor([-2.0, -2.0]), torch.tensor([-1.0, -7.0])
+    g = gate(z_s, z_next, ve_s, ve_next, success_end=torch.tensor([0.0, 1.0]))
+    # p_v = 0.5; A_v = 1; A_e = -1 + (-1) - (-2) = 0, and at the success -1 + 0 - (-2) = 1 (V_e(s') is 0)
+    assert g.tolist() == pytest.approx([1 + math.tanh(0.5), 1 + math.tanh(1.0)])
+    assert ((0 <= g) & (g <= 2)).all()
+
+
+def test_habc_weights_by_source_then_normalised_by_the_mean():
+    b = window_batch(demo=[1, 0, 0, 0, 0], intervention=[0, 1, 0, 0, 0], labelled=[1, 0, 1, 1, 0],
+                     episode_success=[1, 1, 1, 0, 1])
+    g = torch.full((5,), 1.5)
+    # demo 1, intervention 1, labelled success g, labelled failure 0, unlabelled autonomous (before a takeover) 0
+    raw = raw_weights(g, b, reweight_interventions=False)
+    assert raw.tolist() == pytest.approx([1, 1, 1.5, 0, 0])
+    assert normalise_weights(raw).tolist() == pytest.approx([1 / 0.7, 1 / 0.7, 1.5 / 0.7, 0, 0])
+    assert raw_weights(g, b, reweight_interventions=True)[1].item() == pytest.approx(1.5)
+    assert normalise_weights(torch.zeros(3)).tolist() == [0, 0, 0]  # no division by zero
+
+
+class TableHeads(torch.nn.Module):
+    """Value heads that read (z_v, V_e) from a table indexed by obs[:, 0]."""
+
+    def __init__(self, z, ve):
+        super().__init__()
+        self.z = torch.nn.Parameter(torch.tensor(z))
+        self.ve = torch.nn.Parameter(torch.tensor(ve))
+
+    def forward(self, obs):
+        i = obs[:, 0].long()
+        return self.z[i], self.ve[i]
+
+
+def test_habc_value_losses_use_the_right_windows_and_targets():
+    heads = TableHeads(z=[0.0, 2.0, -1.0, 0.0], ve=[-3.0, -1.5, 0.5, -2.0])
+    # rows: s -> s'
+    #   0 -> 1: labelled autonomous, successful episode, not the end    (viability y=1; V_e target -1 + V_e(1) = -2.5)
+    #   2 -> 3: labelled autonomous, failed episode                      (viability y=0; no V_e)
+    #   1 -> 3: intervention, successful episode, ends in the success    (no viability; V_e target 0)
+    #   3 -> 0: unlabelled autonomous, successful episode                (neither)
+    batch = window_batch(intervention=[0, 0, 1, 0], labelled=[1, 1, 0, 0], episode_success=[1, 0, 1, 1],
+                         done=[0, 0, 1, 0])
+    batch["obs"] = torch.tensor([[0.0], [2.0], [1.0], [3.0]])
+    batch["next_obs"] = torch.tensor([[1.0], [3.0], [3.0], [0.0]])
+    loss_v, loss_e, _ = value_losses(heads, batch, huber_delta=1.0)
+    bce = lambda z, y: -(y * math.log(1 / (1 + math.exp(-z))) + (1 - y) * math.log(1 - 1 / (1 + math.exp(-z))))  # noqa: E731
+    assert loss_v.item() == pytest.approx((bce(0.0, 1) + bce(-1.0, 0)) / 2)
+    huber = lambda e: 0.5 * e * e if abs(e) <= 1 else abs(e) - 0.5  # noqa: E731
+    assert loss_e.item() == pytest.approx((huber(-3.0 - (-2.5)) + huber(-1.5 - 0.0)) / 2)
+
+
+def write_episode(buffer, episode_id, interventions, end=True, success=True, n=10):
+    w = TransitionWriter(OBS)
+    for t in range(n):
+        last = end and t == n - 1
+        w.add({"state": np.array([episode_id, t], np.float32)}, np.zeros(1, np.float32), action_source=0,
+              intervention=t in interventions, reward=0.0, terminated=last and success,
+              truncated=last and not success, success=last and success, episode_id=episode_id, step=t, tick=t,
+              t_obs=0.0, t_act=0.0, policy_version=1, chunk_id=0, chunk_index=0, delay_ticks=0)
+    buffer.add("r0", w.flush(final_obs={"state": np.array([episode_id, n], np.float32)} if end else None))
+
+
+def test_credit_labels_only_the_autonomous_suffix_after_the_last_intervention(tmp_path):
+    buf = ReplayBuffer(tmp_path, OBS, ACT, fsync="off")
+    write_episode(buf, 0, interventions={3, 4, 6})   # labelled: steps 7..9
+    write_episode(buf, 1, interventions=set())       # fully autonomous: every step
+    write_episode(buf, 2, interventions={1}, end=False)  # not ended yet: nothing labelled
+    b = buf.sample(3000, with_info=True)
+    ep, step = b["obs.state"][:, 0].astype(int), b["obs.state"][:, 1].astype(int)
+    expected = np.where(ep == 0, step > 6, np.where(ep == 1, True, False))
+    assert (b["labelled"] == expected).all()
+    assert not b["labelled"][b["intervention"]].any()
+    assert set(step[(ep == 0) & b["labelled"]]) == {7, 8, 9}
+    buf.close()
+
+
+def test_sac_target_is_the_min_over_a_random_subset_of_the_target_ensemble():
+    torch.manual_seed(0)
+    policy = GaussianChunkPolicy(OBS, ACT, MLPPolicyConfig(hidden_dims=[8]))
+    sac = SAC(policy, SACConfig(num_critics=3, critic_subset=2, critic_hidden_dims=[8], init_temperature=0.1))
+    fixed_q = torch.tensor([[1.0, 5.0], [3.0, 2.0], [0.0, 4.0]])  # (N=3 critics, B=2)
+    sac.critic_target.forward = lambda obs, a: fixed_q
+    sac.actor.sample = lambda obs: (torch.zeros(2, 1), torch.tensor([0.5, -1.0]))
+    subset = torch.randperm(3, generator=torch.Generator().set_state(sac.generator.get_state()))[:2]
+    y = sac.td_target(torch.tensor([1.0, 2.0]), torch.tensor([0.9, 0.0]), torch.zeros(2, 2), torch.tensor(0.1))
+    q_min = fixed_q[subset].min(dim=0).values
+    assert y.tolist() == pytest.approx([1.0 + 0.9 * (q_min[0].item() - 0.1 * 0.5), 2.0])
+    # every subset of 2 out of these 3 gives a different first-column min, so the subset really is used
+    assert len({fixed_q[list(s)].min(0).values[0].item() for s in ((0, 1), (0, 2), (1, 2))}) == 2
+
+
+def test_hiors_threshold_rises_with_the_return_quantile_and_never_falls():
+    m = AcceptanceThreshold(-math.inf, quantile=0.5, window=50)
+    assert [m.observe(r) for r in (1.0, 3.0, 2.0, 0.0, -5.0)] == [1.0, 2.0, 2.0, 2.0, 2.0]
+    assert not_noop(torch.tensor([[[0.0, 0.0]], [[0.0, 0.5]]]), 1e-3).tolist() == [0.0, 1.0]
