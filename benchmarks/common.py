@@ -20,7 +20,11 @@ def machine() -> dict:
 
 
 def goal(name: str, value: float | None, op: str, target: float) -> dict:
-    met = value is not None and (value <= target if op == "<=" else value >= target)
+    checks = {"<=": value is not None and value <= target, ">=": value is not None and value >= target,
+              "<": value is not None and value < target, ">": value is not None and value > target}
+    if op not in checks:
+        raise ValueError(f"goal operator must be one of {sorted(checks)}, got {op!r}")
+    met = checks[op]
     return {"name": name, "value": value, "target": f"{op} {target}", "met": bool(met)}
 
 

@@ -24,7 +24,7 @@ import time
 import torch
 import zmq
 
-from robolearn.actor.chunk_loop import hold_action
+from robolearn.actor.chunk_loop import TickDriver
 from robolearn.actor.chunking import ChunkExecutor
 from robolearn.actor.weights import WeightSubscriber
 from robolearn.clock import DelaySampler, RealClock, SimClock
@@ -37,7 +37,7 @@ from robolearn.logging.status import read_json, write_json_atomic
 from robolearn.registry import build_task_and_policy
 from robolearn.runtime.process import StopFlag
 from robolearn.runtime.rundir import RunDir
-from robolearn.transition import ActionSource, TransitionWriter
+from robolearn.transition import TransitionWriter
 from robolearn.transport.sockets import send
 from robolearn.transport.wire import RejectCounter
 
@@ -55,8 +55,16 @@ class Actor:
         self.env_steps = 0
         self.episodes = 0
         self.successes = 0
+        self.intervention_steps = 0
         self._meta_env_steps: int | None = None
         self._steps_since_meta = 0
+
+    def _human(self):
+        """The teleop that may take over: the scripted human in sim (``runtime.human=scripted``)."""
+        if self.cfg.runtime.human == "scripted":
+            from robolearn.sim.intervention import ScriptedHuman  # sim only; not imported for real robots
+            return ScriptedHuman(self.env)
+        return None
 
     def _wait_for(self, what: str, ready, timeout_s: float):
         deadline = time.monotonic() + timeout_s
@@ -138,6 +146,7 @@ class Actor:
         self.executor = ChunkExecutor(client, self.env.action_spec, getattr(self.policy, "horizon", 1),
                                       cfg.runtime.chunking, self.robot_id, before_request=newest_weights,
                                       on_chunk=lambda start, chunk: recording.log_chunk(self.robot_id, start, chunk))
+        driver = TickDriver(self.env, self.executor, self._human())
         episode_id = int(endpoints["next_episode_id"]) + self.index
         # budget.env_steps is the run's total: each actor takes its share and then waits to be stopped,
         # so the run ends at the budget instead of wherever the actors got to before the runtime noticed
@@ -150,6 +159,7 @@ class Actor:
             obs, _ = self.env.reset(seed=cfg.seed * 1_000_003 + episode_id)
             t_obs = time.time()  # when the current observation was taken
             writer = TransitionWriter(self.env.observation_spec)
+            driver.reset()
             self.executor.start_episode(obs, tick, clock)
             clock.reset()
             for step in range(10**9):
@@ -160,21 +170,17 @@ class Actor:
                     self.stop.set()
                 if self.stop or (share is not None and self.env_steps >= share):
                     break
-                item = self.executor.tick(tick, obs)
-                if item is None:  # a stall: hold the last safe command (recorded like any action)
-                    action = hold_action(self.env)
+                # the policy's chunk action, a held command on a stall, or the human's while it intervenes
+                action, fields, stalled = driver.act(tick, obs, self.weights.version)
+                if stalled:
                     recording.log_stall(self.robot_id, tick)
-                    item_fields = dict(policy_version=self.weights.version, chunk_id=-1, chunk_index=0,
-                                       delay_ticks=0)
-                else:
-                    action = item.action
-                    item_fields = dict(policy_version=item.policy_version, chunk_id=item.chunk_id,
-                                       chunk_index=item.chunk_index, delay_ticks=item.delay_ticks)
+                self.intervention_steps += int(fields["intervention"])
                 t_act = time.time()
                 next_obs, reward, terminated, truncated, info = self.env.step(action)
-                writer.add(obs, action, action_source=ActionSource.POLICY, intervention=False, reward=reward,
-                           terminated=terminated, truncated=truncated, success=bool(info.get("success", False)),
-                           episode_id=episode_id, step=step, tick=tick, t_obs=t_obs, t_act=t_act, **item_fields)
+                driver.executed(action)
+                writer.add(obs, action, reward=reward, terminated=terminated, truncated=truncated,
+                           success=bool(info.get("success", False)), episode_id=episode_id, step=step, tick=tick,
+                           t_obs=t_obs, t_act=t_act, **fields)
                 obs, t_obs = next_obs, time.time()
                 tick += 1
                 self.env_steps += 1
@@ -214,7 +220,8 @@ class Actor:
     def _write_status(self, clock, final: bool = False) -> None:
         write_json_atomic(self.run.status(self.name), {
             "robot_id": self.robot_id, "env_steps": self.env_steps, "episodes": self.episodes,
-            "successes": self.successes, "version": self.weights.version,
+            "successes": self.successes, "intervention_steps": self.intervention_steps,
+            "version": self.weights.version,
             "versions_received": len(self.weights.versions_received),
             "first_version": min(self.weights.versions_received, default=0), "rejected_messages": self.rejects.total,
             "last_reject": self.rejects.last_reason, "missed_deadlines": clock.missed_deadlines,

@@ -53,6 +53,8 @@ class LocalRuntimeConfig:
     chunking: ChunkingConfig = field(default_factory=ChunkingConfig)  # how actors ask for and splice chunks
     inference_delay_ticks: int = 0  # sim (realtime=false) only: each inference takes this many ticks
     async_inference: bool = False   # realtime: run the policy on a worker thread instead of inside the tick
+    human: str = "none"             # none | scripted: a scripted human (sim.intervention) takes over when the
+                                    # robot drifts off course (interventions for HABC / Hi-ORS / RLPD)
 
     def __post_init__(self) -> None:
         for key in ("num_actors", "send_every", "learner_threads", "actor_threads", "weights_full_every"):
@@ -61,6 +63,8 @@ class LocalRuntimeConfig:
         if not is_loopback(self.host):
             raise ValueError(f"runtime.host={self.host!r} is not a loopback address: a non-loopback bind needs "
                              "CurveZMQ keys, which this version cannot configure yet; keep runtime.host=127.0.0.1")
+        if self.human not in ("none", "scripted"):
+            raise ValueError(f"runtime.human must be none or scripted, got {self.human!r}")
         if self.prefetch_batches < 0:
             raise ValueError(f"runtime.prefetch_batches must be >= 0, got {self.prefetch_batches}")
         if self.inference_delay_ticks < 0:
