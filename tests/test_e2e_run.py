@@ -27,8 +27,9 @@ def test_short_run_learns_asynchronously_and_leaves_a_complete_run_dir(tmp_path)
     versions = np.concatenate([b["policy_version"] for b in batches])
     assert len(set(versions.tolist())) >= 2 and versions.min() >= 1, context
     assert np.all(np.diff(versions) >= 0), context  # a single actor never goes back to older weights
-    # every step the learner counted is on disk
+    # every step the learner counted is on disk, and its policy lag was tracked
     assert sum(len(b["action"]) for b in batches) == summary["env_steps"] > 0, context
+    assert sum(summary["policy_lag_histogram"].values()) == summary["env_steps"], context
     assert summary["updates"] > 0, context
 
     # the rerun recording holds the per-tick robot data and the learner losses
@@ -74,3 +75,23 @@ def test_run_under_inference_delay_executes_chunks_without_stalls(tmp_path):
     delays = np.concatenate([b["delay_ticks"] for b in read_buffer(run)])
     # the first chunk of an episode is computed at rest (delay 0); all others took the 3 ticks
     assert set(delays.tolist()) == {0, 3} and (delays == 3).mean() > 0.5
+
+
+def test_hil_run_with_habc_the_scripted_human_and_a_lag_limit(tmp_path):
+    """algo=habc on pick_cube with a flow chunk policy: the scripted human takes over (steps flagged as
+    interventions, source HUMAN), the same learner loop updates, and actors respect max_policy_lag."""
+    r = robolearn(["run", "task=pick_cube", "policy=flow_chunk", "policy.hidden_dims=[32,32]", "policy.max_prefix=0",
+                   "algo=habc", "algo.batch_size=64", "algo.warmup=20", "algo.value_hidden_dims=[32,32]",
+                   "algo.publish_every=5", "runtime.human=scripted", "runtime.max_policy_lag=2",
+                   "runtime.chunking.mode=sync", "runtime.chunking.execute_horizon=5", "budget.env_steps=500",
+                   "budget.minutes=1.5", "runtime.live_console=false", "run_name=hil"], cwd=tmp_path, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    run = tmp_path / "runs" / "hil"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["ok"] and summary["env_steps"] >= 500 and summary["updates"] > 0, summary
+    batches = read_buffer(run)
+    intervention = np.concatenate([b["intervention"] for b in batches])
+    source = np.concatenate([b["action_source"] for b in batches])
+    assert intervention.any() and not intervention.all(), summary
+    assert (source[intervention] == 1).all() and (source[~intervention] == 0).all()  # HUMAN / POLICY
+    assert summary["intervention_steps"] == int(intervention.sum())

@@ -56,6 +56,7 @@ class Actor:
         self.episodes = 0
         self.successes = 0
         self.intervention_steps = 0
+        self.throttled_s = 0.0  # waiting for weights within runtime.max_policy_lag
         self._meta_env_steps: int | None = None
         self._steps_since_meta = 0
 
@@ -76,6 +77,22 @@ class Actor:
                 raise TimeoutError(f"[{self.name}] no {what} after {timeout_s:.0f} s")
             time.sleep(0.02)
         return None
+
+    def _throttle(self, tick: int, newest_weights) -> None:
+        """``runtime.max_policy_lag``: while the learner is more than that many versions ahead of the weights
+        this actor acts with, do not step (a real robot holds its last command): wait for newer weights,
+        load them and drop the queued chunk they make stale, so the next chunk comes from them."""
+        t0 = None
+        while not self.stop:
+            learner_version = self.weights.learner_meta.get("version", 0)
+            if learner_version - self.weights.version <= self.cfg.runtime.max_policy_lag:
+                break
+            t0 = t0 or time.monotonic()
+            self.weights.poll(timeout_ms=20)
+            if newest_weights():
+                self.executor.interrupt(tick)
+        if t0 is not None:
+            self.throttled_s += time.monotonic() - t0
 
     def _wait_for_learner(self) -> None:
         """Sim only: hold the (frozen) simulation while the learner is behind its update-to-data ratio.
@@ -138,9 +155,11 @@ class Actor:
             clock = SimClock(DelaySampler("fixed", ticks=cfg.runtime.inference_delay_ticks))
             client = SimulatedLatencyClient(runner, clock)
 
-        def newest_weights() -> None:  # before each request: the chunk comes from the newest version
+        def newest_weights() -> bool:  # before each request: the chunk comes from the newest version
             if self.weights.apply_pending():
                 runner.version = self.weights.version
+                return True
+            return False
 
         recording = Recording(self.run.root, cfg.run_name, self.run.root / f"{self.name}.rrd")
         self.executor = ChunkExecutor(client, self.env.action_spec, getattr(self.policy, "horizon", 1),
@@ -170,6 +189,8 @@ class Actor:
                     self.stop.set()
                 if self.stop or (share is not None and self.env_steps >= share):
                     break
+                if cfg.runtime.max_policy_lag:
+                    self._throttle(tick, newest_weights)
                 # the policy's chunk action, a held command on a stall, or the human's while it intervenes
                 action, fields, stalled = driver.act(tick, obs, self.weights.version)
                 if stalled:
@@ -221,6 +242,7 @@ class Actor:
         write_json_atomic(self.run.status(self.name), {
             "robot_id": self.robot_id, "env_steps": self.env_steps, "episodes": self.episodes,
             "successes": self.successes, "intervention_steps": self.intervention_steps,
+            "throttled_s": self.throttled_s,
             "version": self.weights.version,
             "versions_received": len(self.weights.versions_received),
             "first_version": min(self.weights.versions_received, default=0), "rejected_messages": self.rejects.total,

@@ -44,6 +44,17 @@ def weights_arrays(policy: torch.nn.Module) -> dict[str, np.ndarray]:
     return {k: v.detach().cpu().numpy() for k, v in policy.state_dict().items()}
 
 
+def lag_stats(histogram: collections.Counter) -> dict[str, float]:
+    """Mean, p95 and max policy lag (versions) of the transitions ingested so far."""
+    if not histogram:
+        return {"policy_lag_mean": 0.0, "policy_lag_p95": 0, "policy_lag_max": 0}
+    lags = np.array(sorted(histogram))
+    counts = np.array([histogram[k] for k in lags])
+    cdf = np.cumsum(counts) / counts.sum()
+    return {"policy_lag_mean": float((lags * counts).sum() / counts.sum()),
+            "policy_lag_p95": int(lags[np.searchsorted(cdf, 0.95)]), "policy_lag_max": int(lags[-1])}
+
+
 class Learner:
     def __init__(self, run: RunDir, cfg: RunConfig, stop: StopFlag) -> None:
         self.run, self.cfg, self.stop = run, cfg, stop
@@ -64,6 +75,7 @@ class Learner:
         self.recent = collections.deque(maxlen=50)
         self.max_episode_id = -1
         self.latest_transition_version = 0
+        self.policy_lag: collections.Counter[int] = collections.Counter()  # lag (versions) -> transitions
         self.resumed_from: dict | None = None
         self.updates_per_s = 0.0
         self._replay_rng: dict | None = None  # replay generator state after the last consumed batch
@@ -222,6 +234,10 @@ class Learner:
             arrays = msg.arrays
             self.max_episode_id = max(self.max_episode_id, int(arrays["episode_id"][-1]))
             self.latest_transition_version = int(arrays["policy_version"][-1])
+            # staleness: versions the learner is ahead of the weights that produced each step
+            lags = np.maximum(self.version - arrays["policy_version"], 0)
+            self.policy_lag.update(lags.tolist())
+            self.recording.log_policy_lag(msg.sender, arrays["tick"], lags)
             if arrays["terminated"][-1] or arrays["truncated"][-1]:
                 self._count_episode(bool(arrays["success"][-1]))
                 if hasattr(self.algo, "on_episode"):  # e.g. Hi-ORS moves its acceptance threshold
@@ -249,12 +265,14 @@ class Learner:
             "success_rate_50": (sum(self.recent) / len(self.recent)) if self.recent else 0.0,
             "updates": self.algo.num_updates, "updates_per_s": self.updates_per_s, "version": self.version,
             "version_lag": self.version - self.latest_transition_version, "rejected_messages": self.rejects.total,
+            **lag_stats(self.policy_lag),
         }
 
     def _write_status(self, elapsed_s: float, final: bool = False) -> None:
         write_json_atomic(self.run.status("learner"), {
             **self._counters(), "elapsed_s": elapsed_s, "pid": os.getpid(), "final": final,
             "last_reject": self.rejects.last_reason, "resumed_from": self.resumed_from,
+            "policy_lag_histogram": {str(k): v for k, v in sorted(self.policy_lag.items())},
             "buffer_records": self.buffer.log.num_records,
             # bytes of weights published / bytes had every version gone out in full (sparse deltas < 1)
             "weights_bytes_ratio": self.weight_sync.bytes_sent / max(1, self.weight_sync.bytes_full),

@@ -63,6 +63,11 @@ class Recording:
         self.stream.set_time("tick", sequence=tick)
         self.stream.log(f"robot/{robot_id}/stalled", rr.Scalars(1.0))
 
+    def log_policy_lag(self, robot_id: str, ticks: np.ndarray, lags: np.ndarray) -> None:
+        """Each step's policy lag (learner version at ingest - the producing version) on the tick timeline."""
+        rr.send_columns(f"robot/{robot_id}/policy_lag", indexes=[rr.TimeColumn("tick", sequence=ticks)],
+                        columns=rr.Scalars.columns(scalars=lags.astype(np.float64)), recording=self.stream)
+
     def log_learner(self, step: int, metrics: dict[str, float]) -> None:
         self.stream.set_time("learner_step", sequence=step)
         for key, value in metrics.items():

@@ -53,6 +53,8 @@ class LocalRuntimeConfig:
     chunking: ChunkingConfig = field(default_factory=ChunkingConfig)  # how actors ask for and splice chunks
     inference_delay_ticks: int = 0  # sim (realtime=false) only: each inference takes this many ticks
     async_inference: bool = False   # realtime: run the policy on a worker thread instead of inside the tick
+    max_policy_lag: int = 0         # actors wait while the learner is more than this many versions ahead of
+                                    # the weights they act with (0: never)
     human: str = "none"             # none | scripted: a scripted human (sim.intervention) takes over when the
                                     # robot drifts off course (interventions for HABC / Hi-ORS / RLPD)
 
@@ -63,6 +65,8 @@ class LocalRuntimeConfig:
         if not is_loopback(self.host):
             raise ValueError(f"runtime.host={self.host!r} is not a loopback address: a non-loopback bind needs "
                              "CurveZMQ keys, which this version cannot configure yet; keep runtime.host=127.0.0.1")
+        if self.max_policy_lag < 0:
+            raise ValueError(f"runtime.max_policy_lag must be >= 0, got {self.max_policy_lag}")
         if self.human not in ("none", "scripted"):
             raise ValueError(f"runtime.human must be none or scripted, got {self.human!r}")
         if self.prefetch_batches < 0:
@@ -242,6 +246,10 @@ def _summary(run: RunDir, procs: dict, wall_s: float, stop_reason: str, failure:
         "updates_per_s": ln.get("updates_per_s", 0.0), "policy_version": ln.get("version", 0),
         "buffer_records": ln.get("buffer_records", 0), "rejected_messages": ln.get("rejected_messages", 0),
         "resumed_from": ln.get("resumed_from"),
+        "policy_lag_p95": ln.get("policy_lag_p95", 0), "policy_lag_max": ln.get("policy_lag_max", 0),
+        "policy_lag_histogram": ln.get("policy_lag_histogram", {}),
+        "intervention_steps": sum(a.get("intervention_steps", 0) for a in status["actors"]),
+        "throttled_s": sum(a.get("throttled_s", 0.0) for a in status["actors"]),
         "stalled_ticks": sum(a.get("stalled_ticks", 0) for a in status["actors"]),
         "p99_period_error_ms": max((a.get("p99_period_error_ms", 0.0) for a in status["actors"]), default=0.0),
         "chunk_utilisation": min((a.get("chunk_utilisation", 0.0) for a in status["actors"]), default=0.0),
@@ -260,6 +268,8 @@ def _print_summary(console: Console, s: dict) -> None:
         ("policy_version", "policy version", "{}"), ("buffer_records", "buffer records on disk", "{}"),
         ("stalled_ticks", "stalled ticks", "{}"), ("p99_period_error_ms", "tick period error p99", "{:.2f} ms"),
         ("chunk_utilisation", "chunk utilisation", "{:.2f}"),
+        ("policy_lag_p95", "policy lag p95 (versions)", "{}"), ("policy_lag_max", "policy lag max", "{}"),
+        ("throttled_s", "actors throttled by lag", "{:.1f} s"), ("intervention_steps", "intervention steps", "{}"),
         ("rejected_messages", "rejected messages", "{}"), ("run_dir", "run directory", "{}"),
     ):
         table.add_row(label, fmt.format(s.get(key)))
