@@ -10,7 +10,7 @@ MINUTES ?= 3
 PYTEST := $(VENV)/bin/python -m pytest
 
 .PHONY: setup run test test-all bench bench-reach bench-buffer bench-experts bench-delay-sweep bench-control-loop \
-	bench-inference-rtt bench-learner-speed lint clean
+	bench-inference-rtt bench-learner-speed bench-hil lint clean
 
 setup: $(VENV)/.installed
 
@@ -55,8 +55,11 @@ bench-inference-rtt: setup
 bench-learner-speed: setup
 	$(VENV)/bin/python benchmarks/learner_speed.py $(ARGS)
 
+bench-hil: setup
+	$(VENV)/bin/python benchmarks/hil.py $(ARGS)
+
 bench: bench-reach bench-buffer bench-experts bench-delay-sweep bench-control-loop bench-inference-rtt \
-	bench-learner-speed
+	bench-learner-speed bench-hil
 
 lint: setup
 	$(VENV)/bin/ruff check robolearn hardware sim policies apps tests benchmarks

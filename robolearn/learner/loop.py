@@ -2,7 +2,8 @@
 
     loop (the same for every algorithm: ``algo=sac|habc|hiors``):
         drain the transitions socket -> validate -> persist in the replay buffer (the ack point)
-        while updates < utd * (env_steps - max(learning_starts, batch_size)): algo.sample_batch(buffer), algo.update(batch)
+        while updates < utd * (env_steps - max(learning_starts, batch_size)):
+            algo.update(algo.sample_batch(buffer))
         every ``publish_every`` updates: version += 1, PUB the actor weights (+ heartbeat re-sends)
         every ``checkpoint_every_s``: atomic checkpoint (weights, optimisers, temperature, RNG, counters)
 
