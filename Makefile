@@ -10,7 +10,7 @@ MINUTES ?= 3
 PYTEST := $(VENV)/bin/python -m pytest
 
 .PHONY: setup run test test-all bench bench-reach bench-buffer bench-experts bench-delay-sweep bench-control-loop \
-	bench-inference-rtt bench-learner-speed bench-hil lint clean
+	bench-inference-rtt bench-learner-speed bench-hil bench-learn-async lint clean
 
 setup: $(VENV)/.installed
 
@@ -58,8 +58,11 @@ bench-learner-speed: setup
 bench-hil: setup
 	$(VENV)/bin/python benchmarks/hil.py $(ARGS)
 
+bench-learn-async: setup
+	$(VENV)/bin/python benchmarks/learn_async.py $(ARGS)
+
 bench: bench-reach bench-buffer bench-experts bench-delay-sweep bench-control-loop bench-inference-rtt \
-	bench-learner-speed bench-hil
+	bench-learner-speed bench-hil bench-learn-async
 
 lint: setup
 	$(VENV)/bin/ruff check robolearn hardware sim policies apps tests benchmarks

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
+ROBOLEARN = Path(sys.executable).parent / "robolearn"
 
 
 def machine() -> dict:
@@ -34,3 +37,43 @@ def write_result(name: str, command: str, goals: list[dict], **details) -> Path:
     path.write_text(json.dumps({"benchmark": name, "command": command, "goals": goals, "machine": machine(),
                                 **details}, indent=2) + "\n")
     return path
+
+
+def run_until_success(overrides: list[str], name: str, workdir: Path, target: float, cap_minutes: float,
+                      label: str = "") -> dict:
+    """Launch ``robolearn run <overrides>`` and watch its learner metrics each second; when success over the
+    last 50 episodes first reaches ``target`` (with at least 50 episodes) stop it with SIGINT, as a person
+    would. Minutes count from launching the command (start-up included)."""
+    metrics = workdir / "runs" / name / "metrics.jsonl"
+    t0 = time.time()
+    proc = subprocess.Popen([str(ROBOLEARN), "run", *overrides, f"run_name={name}", f"budget.minutes={cap_minutes}",
+                             "runtime.live_console=false"],
+                            cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    reached, last, curve, last_print = None, {}, [], 0.0
+    while proc.poll() is None:
+        time.sleep(1.0)
+        if not metrics.exists():
+            continue
+        for line in metrics.read_text().splitlines()[len(curve):]:
+            rec = json.loads(line)
+            curve.append({"minutes": round((rec["time"] - t0) / 60, 3), "env_steps": rec["env_steps"],
+                          "episodes": rec["episodes"], "success_rate_50": rec["success_rate_50"],
+                          "updates": rec["updates"], "updates_per_s": round(rec["updates_per_s"], 1)})
+            last = rec
+            if reached is None and rec["episodes"] >= 50 and rec["success_rate_50"] >= target:
+                reached = {"minutes": (rec["time"] - t0) / 60, "env_steps": rec["env_steps"],
+                           "episodes": rec["episodes"], "updates": rec["updates"]}
+                proc.send_signal(signal.SIGINT)
+        if time.time() - last_print >= 15:
+            last_print = time.time()
+            print(f"  {label or name}: {(time.time() - t0) / 60:4.1f} min, steps {last.get('env_steps', 0)}, "
+                  f"episodes {last.get('episodes', 0)}, success(50) {last.get('success_rate_50', 0):.0%}, "
+                  f"updates/s {last.get('updates_per_s', 0):.0f}", flush=True)
+    out = proc.stdout.read()
+    if proc.returncode != 0:
+        print(out[-3000:])
+    summary_path = workdir / "runs" / name / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    return {"reached": reached, "exit_code": proc.returncode,
+            "final": {k: last.get(k) for k in ("env_steps", "episodes", "success_rate_50", "updates")},
+            "waited_for_learner_s": summary.get("waited_for_learner_s"), "curve": curve[::5]}

@@ -12,57 +12,22 @@ command, so process start-up is included. Goal ``minutes_to_90pct_reach`` <= 5.
 from __future__ import annotations
 
 import argparse
-import json
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import goal, write_result  # noqa: E402
+from common import goal, run_until_success, write_result  # noqa: E402
 
-ROBOLEARN = Path(sys.executable).parent / "robolearn"
 GOAL_MINUTES = 5.0
 
 
 def one_run(seed: int, cap_minutes: float, workdir: Path) -> dict:
-    name = f"bench-reach-s{seed}"
-    metrics = workdir / "runs" / name / "metrics.jsonl"
-    t0 = time.time()
-    proc = subprocess.Popen([str(ROBOLEARN), "run", "task=reach", f"seed={seed}", f"run_name={name}",
-                             f"budget.minutes={cap_minutes}", "runtime.live_console=false"],
-                            cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    reached, last, curve = None, {}, []
-    last_print = 0.0
-    while proc.poll() is None:
-        time.sleep(1.0)
-        if not metrics.exists():
-            continue
-        lines = metrics.read_text().splitlines()
-        for line in lines[len(curve):]:
-            rec = json.loads(line)
-            curve.append({"minutes": round((rec["time"] - t0) / 60, 3), "env_steps": rec["env_steps"],
-                          "episodes": rec["episodes"], "success_rate_50": rec["success_rate_50"],
-                          "updates": rec["updates"], "updates_per_s": round(rec["updates_per_s"], 1)})
-            last = rec
-            if reached is None and rec["episodes"] >= 50 and rec["success_rate_50"] >= 0.9:
-                reached = {"minutes": (rec["time"] - t0) / 60, "env_steps": rec["env_steps"],
-                           "episodes": rec["episodes"], "updates": rec["updates"]}
-                proc.send_signal(signal.SIGINT)  # stop like a person would
-        if time.time() - last_print >= 15:
-            last_print = time.time()
-            print(f"  seed {seed}: {(time.time() - t0) / 60:4.1f} min, steps {last.get('env_steps', 0)}, "
-                  f"episodes {last.get('episodes', 0)}, success(50) {last.get('success_rate_50', 0):.0%}, "
-                  f"updates/s {last.get('updates_per_s', 0):.0f}", flush=True)
-    out = proc.stdout.read()
-    if proc.returncode != 0:
-        print(out[-3000:])
-    return {"seed": seed, "reached_90pct": reached, "exit_code": proc.returncode,
-            "final": {k: last.get(k) for k in ("env_steps", "episodes", "success_rate_50", "updates")},
-            "curve": curve[::5]}
+    r = run_until_success(["task=reach", f"seed={seed}"], f"bench-reach-s{seed}", workdir, 0.9, cap_minutes,
+                          label=f"seed {seed}")
+    return {"seed": seed, "reached_90pct": r["reached"], "exit_code": r["exit_code"], "final": r["final"],
+            "curve": r["curve"]}
 
 
 def main() -> None:

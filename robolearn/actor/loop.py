@@ -57,6 +57,7 @@ class Actor:
         self.successes = 0
         self.intervention_steps = 0
         self.throttled_s = 0.0  # waiting for weights within runtime.max_policy_lag
+        self.waited_for_learner_s = 0.0  # runtime.learning=sync: waiting at episode ends
         self._meta_env_steps: int | None = None
         self._steps_since_meta = 0
 
@@ -77,6 +78,18 @@ class Actor:
                 raise TimeoutError(f"[{self.name}] no {what} after {timeout_s:.0f} s")
             time.sleep(0.02)
         return None
+
+    def _wait_for_updates(self, newest_weights) -> None:
+        """``runtime.learning=sync``: the robot waits (holding still) until the learner has ingested every step
+        sent and done the updates due for them, then takes the newest weights."""
+        t0 = time.monotonic()
+        while not self.stop:
+            meta = self.weights.learner_meta
+            if meta.get("env_steps", 0) >= self.env_steps and meta.get("caught_up", False):
+                break
+            self.weights.poll(timeout_ms=20)
+        newest_weights()
+        self.waited_for_learner_s += time.monotonic() - t0
 
     def _throttle(self, tick: int, newest_weights) -> None:
         """``runtime.max_policy_lag``: while the learner is more than that many versions ahead of the weights
@@ -211,6 +224,8 @@ class Actor:
                     self.successes += int(bool(info.get("success", False)))
                     send(push, "transitions", self.robot_id, seq, {}, writer.flush(final_obs=obs))
                     seq += 1
+                    if cfg.runtime.learning == "sync":
+                        self._wait_for_updates(newest_weights)
                     break
                 if len(writer) >= cfg.runtime.send_every:
                     send(push, "transitions", self.robot_id, seq, {}, writer.flush())
@@ -242,7 +257,7 @@ class Actor:
         write_json_atomic(self.run.status(self.name), {
             "robot_id": self.robot_id, "env_steps": self.env_steps, "episodes": self.episodes,
             "successes": self.successes, "intervention_steps": self.intervention_steps,
-            "throttled_s": self.throttled_s,
+            "throttled_s": self.throttled_s, "waited_for_learner_s": self.waited_for_learner_s,
             "version": self.weights.version,
             "versions_received": len(self.weights.versions_received),
             "first_version": min(self.weights.versions_received, default=0), "rejected_messages": self.rejects.total,

@@ -79,6 +79,8 @@ class Learner:
         self.policy_lag: collections.Counter[int] = collections.Counter()  # lag (versions) -> transitions
         self.resumed_from: dict | None = None
         self.updates_per_s = 0.0
+        self._steps_at_episode_end = 0
+        self._announced = (0, 0)  # (updates, env steps) at the last sync-mode announcement
         self._replay_rng: dict | None = None  # replay generator state after the last consumed batch
         b = cfg.buffer
         self.buffer = ReplayBuffer(run.buffer, self.obs_spec, self.action_spec, b.capacity, b.ram_budget_mb, b.fsync,
@@ -109,7 +111,7 @@ class Learner:
             self.max_episode_id = max(self.max_episode_id, ep.episode_id)
             if ep.ended:
                 self._count_episode(ep.success)
-        steps = self.env_steps
+        steps = self._steps_at_episode_end = self.env_steps
         if steps:
             print(f"[learner] loaded {steps} transitions ({self.episodes} episodes) from {self.run.buffer}", flush=True)
 
@@ -172,9 +174,7 @@ class Learner:
         prefetch = self.start_prefetch()
         while not self.stop:
             self._ingest(pull, max_messages=256)
-            start = max(algo_cfg.learning_starts, algo_cfg.batch_size)
-            due = algo_cfg.utd_ratio * (self.env_steps - start)
-            if self.algo.num_updates < due:
+            if self.algo.num_updates < self._updates_due():
                 try:
                     metrics = self.update_once(prefetch)
                 except (queue.Empty, RuntimeError):  # nothing sampleable yet: keep ingesting, watch the stop flag
@@ -186,6 +186,8 @@ class Learner:
                 if self.algo.num_updates % 10 == 0:
                     self.recording.log_learner(self.algo.num_updates, metrics)
             else:
+                if cfg.runtime.learning == "sync":
+                    self._announce_caught_up(pub)
                 poller.poll(timeout=5)
             now = time.monotonic()
             if now - last["heartbeat"] >= cfg.runtime.weights_heartbeat_s:
@@ -241,12 +243,33 @@ class Learner:
             self.recording.log_policy_lag(msg.sender, arrays["tick"], lags)
             if arrays["terminated"][-1] or arrays["truncated"][-1]:
                 self._count_episode(bool(arrays["success"][-1]))
+                self._steps_at_episode_end = self.env_steps
                 if hasattr(self.algo, "on_episode"):  # e.g. Hi-ORS moves its acceptance threshold
                     ep = self.buffer.episode(msg.sender, int(arrays["episode_id"][-1]))
                     self.algo.on_episode(ep.ret)
             self.recording.log_transitions(msg.sender, msg.arrays)
             got += 1
         return got
+
+    def _updates_due(self) -> float:
+        """utd * (learnable steps - max(learning_starts, batch_size)). Learnable: every ingested step; with
+        ``runtime.learning=sync`` only the steps of ended episodes, so the learner updates only while the
+        robot waits at an episode end (strict alternation, the sync baseline)."""
+        a = self.cfg.algo
+        steps = self._steps_at_episode_end if self.cfg.runtime.learning == "sync" else self.env_steps
+        return a.utd_ratio * (steps - max(a.learning_starts, a.batch_size))
+
+    def _announce_caught_up(self, pub: zmq.Socket) -> None:
+        """``runtime.learning=sync``: once every update due for the ingested steps is done, tell the actors
+        (they wait at each episode end) and hand them the newest weights."""
+        if self.algo.num_updates != self._announced[0]:
+            self.version += 1  # the updates since the last publication become a version now
+            self._publish(pub)
+        elif self.env_steps != self._announced[1]:
+            self._publish(pub, full=True)  # nothing new to learn yet (before learning_starts): a heartbeat
+        else:
+            return
+        self._announced = (self.algo.num_updates, self.env_steps)
 
     def _publish(self, pub: zmq.Socket, full: bool = False) -> None:
         """PUB the actor weights: a sparse delta from the previous version when that is smaller
@@ -256,7 +279,7 @@ class Learner:
         start = max(cfg.learning_starts, cfg.batch_size)
         allowed = start + self.algo.num_updates / cfg.utd_ratio + self.cfg.runtime.max_steps_ahead
         meta = {"version": self.version, "updates": self.algo.num_updates, "env_steps": self.env_steps,
-                "allowed_env_steps": int(allowed)}
+                "allowed_env_steps": int(allowed), "caught_up": self.algo.num_updates >= self._updates_due()}
         sync_meta, arrays = self.weight_sync.encode(self.version, weights_arrays(self.policy), force_full=full)
         send(pub, "weights", "learner", self.version, {**meta, **sync_meta}, arrays)
 

@@ -53,6 +53,8 @@ class LocalRuntimeConfig:
     chunking: ChunkingConfig = field(default_factory=ChunkingConfig)  # how actors ask for and splice chunks
     inference_delay_ticks: int = 0  # sim (realtime=false) only: each inference takes this many ticks
     async_inference: bool = False   # realtime: run the policy on a worker thread instead of inside the tick
+    learning: str = "async"         # async: acting and learning overlap | sync: at each episode end the robot
+                                    # waits until the learner has done the updates due (the baseline)
     max_policy_lag: int = 0         # actors wait while the learner is more than this many versions ahead of
                                     # the weights they act with (0: never)
     human: str = "none"             # none | scripted: a scripted human (sim.intervention) takes over when the
@@ -65,6 +67,10 @@ class LocalRuntimeConfig:
         if not is_loopback(self.host):
             raise ValueError(f"runtime.host={self.host!r} is not a loopback address: a non-loopback bind needs "
                              "CurveZMQ keys, which this version cannot configure yet; keep runtime.host=127.0.0.1")
+        if self.learning not in ("async", "sync"):
+            raise ValueError(f"runtime.learning must be async or sync, got {self.learning!r}")
+        if self.learning == "sync" and self.num_actors != 1:
+            raise ValueError("runtime.learning=sync is a one-robot baseline; set runtime.num_actors=1")
         if self.max_policy_lag < 0:
             raise ValueError(f"runtime.max_policy_lag must be >= 0, got {self.max_policy_lag}")
         if self.human not in ("none", "scripted"):
@@ -250,6 +256,7 @@ def _summary(run: RunDir, procs: dict, wall_s: float, stop_reason: str, failure:
         "policy_lag_histogram": ln.get("policy_lag_histogram", {}),
         "intervention_steps": sum(a.get("intervention_steps", 0) for a in status["actors"]),
         "throttled_s": sum(a.get("throttled_s", 0.0) for a in status["actors"]),
+        "waited_for_learner_s": sum(a.get("waited_for_learner_s", 0.0) for a in status["actors"]),
         "stalled_ticks": sum(a.get("stalled_ticks", 0) for a in status["actors"]),
         "p99_period_error_ms": max((a.get("p99_period_error_ms", 0.0) for a in status["actors"]), default=0.0),
         "chunk_utilisation": min((a.get("chunk_utilisation", 0.0) for a in status["actors"]), default=0.0),
@@ -269,7 +276,8 @@ def _print_summary(console: Console, s: dict) -> None:
         ("stalled_ticks", "stalled ticks", "{}"), ("p99_period_error_ms", "tick period error p99", "{:.2f} ms"),
         ("chunk_utilisation", "chunk utilisation", "{:.2f}"),
         ("policy_lag_p95", "policy lag p95 (versions)", "{}"), ("policy_lag_max", "policy lag max", "{}"),
-        ("throttled_s", "actors throttled by lag", "{:.1f} s"), ("intervention_steps", "intervention steps", "{}"),
+        ("throttled_s", "actors throttled by lag", "{:.1f} s"),
+        ("waited_for_learner_s", "robot waited for learner (sync)", "{:.1f} s"), ("intervention_steps", "intervention steps", "{}"),
         ("rejected_messages", "rejected messages", "{}"), ("run_dir", "run directory", "{}"),
     ):
         table.add_row(label, fmt.format(s.get(key)))

@@ -1,0 +1,61 @@
+"""Asynchronous vs synchronous learning on a robot paced in wall-clock time: SAC from scratch on ``reach``.
+
+    make bench-learn-async      (python benchmarks/learn_async.py [--hz 50] [--target 0.8] [--seed 0])
+
+Both runs are the real ``robolearn run`` (learner and actor processes, zmq, on-disk buffer) with the
+simulated robot paced by a real clock at ``--hz`` ticks per second (``runtime.realtime=true``), as
+hardware would be, the same SAC settings and the same update-to-data ratio (1):
+
+    async   the robot acts while the learner updates (``runtime.learning=async``)
+    sync    at each episode end the robot waits while the learner does the updates due for the steps
+            collected, and the learner does not update while the robot acts (``runtime.learning=sync``)
+
+Success (last 50 episodes) is followed against env steps and wall clock; each run stops when it first
+reaches ``--target``. Goal ``async_over_sync_time_ratio`` <= 0.6: wall-clock to the target of async over
+sync (perfect overlap of acting and learning would give about 0.5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import goal, run_until_success, write_result  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hz", type=float, default=50.0)
+    ap.add_argument("--target", type=float, default=0.8)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cap-minutes", type=float, default=15.0)
+    args = ap.parse_args()
+    common = ["task=reach", f"seed={args.seed}", f"robot.control_hz={args.hz}", "runtime.realtime=true",
+              "algo.utd_ratio=1"]
+    runs = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in ("async", "sync"):
+            runs[mode] = run_until_success([*common, f"runtime.learning={mode}"], f"learn-{mode}", Path(tmp),
+                                           args.target, args.cap_minutes, label=mode)
+            r = runs[mode]["reached"]
+            print(f"{mode}: {'%.2f min, %d env steps' % (r['minutes'], r['env_steps']) if r else 'not reached'}"
+                  f" (robot waited {runs[mode]['waited_for_learner_s'] or 0:.0f} s for the learner)", flush=True)
+    a, s = runs["async"]["reached"], runs["sync"]["reached"]
+    ratio = round(a["minutes"] / s["minutes"], 3) if a and s else None
+    steps_ratio = round(a["env_steps"] / s["env_steps"], 3) if a and s else None
+    command = "make bench-learn-async"
+    if (args.hz, args.target, args.seed) != (50.0, 0.8, 0):
+        command = f"python benchmarks/learn_async.py --hz {args.hz} --target {args.target} --seed {args.seed}"
+    path = write_result("learn_async", command, [goal("async_over_sync_time_ratio", ratio, "<=", 0.6)],
+                        task="reach", control_hz=args.hz, target_success=args.target, seed=args.seed,
+                        env_steps_ratio=steps_ratio, runs=runs,
+                        note="wall clock from launching each run until success over the last 50 episodes first "
+                             "reaches the target; same SAC settings and UTD 1 in both modes")
+    print(f"\nasync_over_sync_time_ratio = {ratio} (goal <= 0.6); env steps ratio {steps_ratio} -> {path}")
+
+
+if __name__ == "__main__":
+    main()
