@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from robolearn.policies.encoders import ImageEncoder, image_keys
 from robolearn.registry import register
 from robolearn.specs import ActionSpec, ObservationSpec
 
@@ -29,6 +30,7 @@ class MLPPolicyConfig:
     hidden_dims: list[int] = field(default_factory=lambda: [256, 256])
     log_std_min: float = -5.0
     log_std_max: float = 2.0
+    image_feature_dim: int = 50    # per camera, when the task has cameras (policies.encoders.ImageEncoder)
 
     def __post_init__(self) -> None:
         if self.chunk_horizon < 1:
@@ -78,7 +80,11 @@ def mlp(sizes: list[int]) -> nn.Sequential:
 
 
 class GaussianChunkPolicy(nn.Module):
-    """``action_spec.chunk_horizon`` sets H; build with ``make_policy`` to take it from the config."""
+    """``action_spec.chunk_horizon`` sets H; build with ``make_policy`` to take it from the config.
+
+    Observations: a state tensor (B, S), or a dict {"state": (B, S), <camera>: uint8 (B, H, W, 3), ...}.
+    With cameras the policy owns an ``ImageEncoder``; its features are concatenated to the normalised
+    state (``features``), and SAC shares that encoder with the critic."""
 
     def __init__(self, obs_spec: ObservationSpec, action_spec: ActionSpec, config: MLPPolicyConfig) -> None:
         super().__init__()
@@ -88,19 +94,32 @@ class GaussianChunkPolicy(nn.Module):
         self.config = config
         out = self.horizon * self.action_dim
         self.normalise = ObsNormaliser(obs_spec)
-        self.trunk = mlp([self.obs_dim, *config.hidden_dims])
+        self.encoder = ImageEncoder(obs_spec, config.image_feature_dim) if image_keys(obs_spec) else None
+        self.feature_dim = self.obs_dim + (self.encoder.out_dim if self.encoder is not None else 0)
+        self.trunk = mlp([self.feature_dim, *config.hidden_dims])
         self.mean = nn.Linear(config.hidden_dims[-1], out)
         self.log_std = nn.Linear(config.hidden_dims[-1], out)
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        h = torch.relu(self.trunk(self.normalise(obs)))
+    def features(self, obs: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
+        """(B, F): the normalised state, then the image features if the policy has cameras."""
+        state = obs if isinstance(obs, torch.Tensor) else obs["state"]
+        feat = self.normalise(state)
+        if self.encoder is not None:
+            feat = torch.cat([feat, self.encoder(obs)], dim=-1)
+        return feat
+
+    def head(self, feat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = torch.relu(self.trunk(feat))
         log_std = torch.tanh(self.log_std(h))
         lo, hi = self.config.log_std_min, self.config.log_std_max
         return self.mean(h), lo + 0.5 * (hi - lo) * (log_std + 1)  # soft-clamped log std
 
-    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Reparameterised sample a = tanh(mu + sigma * eps) and its log-probability (B,)."""
-        mean, log_std = self(obs)
+    def forward(self, obs) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.head(self.features(obs))
+
+    def sample_features(self, feat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterised sample a = tanh(mu + sigma * eps) (B, H * A) and its log-probability (B,)."""
+        mean, log_std = self.head(feat)
         std = log_std.exp()
         u = mean + std * torch.randn_like(mean)
         a = torch.tanh(u)
@@ -109,21 +128,29 @@ class GaussianChunkPolicy(nn.Module):
         log_prob = log_prob - (2 * (math.log(2) - u - nn.functional.softplus(-2 * u))).sum(-1)
         return a, log_prob
 
+    def sample(self, obs) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.sample_features(self.features(obs))
+
+    @staticmethod
+    def _batch(observations: dict[str, np.ndarray] | np.ndarray, add_axis: bool) -> torch.Tensor | dict:
+        if not isinstance(observations, dict):
+            x = torch.as_tensor(np.asarray(observations, np.float32))
+            return x.unsqueeze(0) if add_axis else x
+        out = {k: torch.as_tensor(v) for k, v in observations.items()}
+        return {k: v.unsqueeze(0) for k, v in out.items()} if add_axis else out
+
     @torch.no_grad()
-    def act(self, state: np.ndarray, deterministic: bool = False) -> np.ndarray:
-        """One observation (obs_dim,) -> a chunk (H, A) of normalised actions in [-1, 1]."""
-        obs = torch.as_tensor(state, dtype=torch.float32).unsqueeze(0)
-        if deterministic:
-            a = torch.tanh(self(obs)[0])
-        else:
-            a = self.sample(obs)[0]
+    def act(self, observation: dict[str, np.ndarray] | np.ndarray, deterministic: bool = False) -> np.ndarray:
+        """One observation (a dict, or the state (obs_dim,)) -> a chunk (H, A) of normalised actions."""
+        obs = self._batch(observation, add_axis=True)
+        a = torch.tanh(self(obs)[0]) if deterministic else self.sample(obs)[0]
         return a.reshape(self.horizon, self.action_dim).numpy()
 
     def predict_chunk(self, observations: dict[str, np.ndarray], prefix: np.ndarray, prefix_len: np.ndarray,
                       explore: bool = False) -> np.ndarray:
-        """The serving interface (``inference.runner``): {"state": (B, S)} -> chunks (B, H, A) in [-1, 1],
-        sampled when ``explore`` else the mean. Not prefix-conditioned: the committed prefix is ignored."""
-        obs = torch.as_tensor(observations["state"], dtype=torch.float32)
+        """The serving interface (``inference.runner``): {"state": (B, S), cameras...} -> chunks (B, H, A) in
+        [-1, 1], sampled when ``explore`` else the mean. Not prefix-conditioned: the committed prefix is ignored."""
+        obs = self._batch(observations if self.encoder is not None else observations["state"], add_axis=False)
         with torch.no_grad():
             a = self.sample(obs)[0] if explore else torch.tanh(self(obs)[0])
         return a.reshape(-1, self.horizon, self.action_dim).numpy()

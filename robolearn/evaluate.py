@@ -26,7 +26,7 @@ def evaluate(run_dir: Path, episodes: int = 20, seed: int = 12345, deterministic
         obs, _ = env.reset(seed=seed + ep)
         total, done, info = 0.0, False, {}
         while not done:
-            for a in env.action_spec.to_robot(policy.act(obs["state"], deterministic=deterministic)):
+            for a in env.action_spec.to_robot(policy.act(obs, deterministic=deterministic)):
                 obs, r, term, trunc, info = env.step(a)
                 total += r
                 done = term or trunc

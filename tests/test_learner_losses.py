@@ -107,8 +107,8 @@ def test_sac_target_is_the_min_over_a_random_subset_of_the_target_ensemble():
     policy = GaussianChunkPolicy(OBS, ACT, MLPPolicyConfig(hidden_dims=[8]))
     sac = SAC(policy, SACConfig(num_critics=3, critic_subset=2, critic_hidden_dims=[8], init_temperature=0.1))
     fixed_q = torch.tensor([[1.0, 5.0], [3.0, 2.0], [0.0, 4.0]])  # (N=3 critics, B=2)
-    sac.critic_target.forward = lambda obs, a: fixed_q
-    sac.actor.sample = lambda obs: (torch.zeros(2, 1), torch.tensor([0.5, -1.0]))
+    sac.critic_target.forward = lambda feat, a: fixed_q
+    sac.actor.sample_features = lambda feat: (torch.zeros(2, 1), torch.tensor([0.5, -1.0]))
     subset = torch.randperm(3, generator=torch.Generator().set_state(sac.generator.get_state()))[:2]
     y = sac.td_target(torch.tensor([1.0, 2.0]), torch.tensor([0.9, 0.0]), torch.zeros(2, 2), torch.tensor(0.1))
     q_min = fixed_q[subset].min(dim=0).values

@@ -44,11 +44,11 @@ def test_target_is_min_over_a_random_subset_of_target_critics():
     torch.manual_seed(123)
     with torch.no_grad():
         a, logp = sac.actor.sample(batch["next_obs"])
-        tq = sac.critic_target(batch["next_obs"], a)
+        tq = sac.critic_target(sac.actor.features(batch["next_obs"]), a)
     subset = torch.randperm(3, generator=torch.Generator().set_state(gen_state))[:2]
     alpha = sac.log_alpha.exp().detach()
     y = batch["reward"] + batch["discount"] * (tq[subset].min(0).values - alpha * logp)
-    expected_loss = ((sac.critic(batch["obs"], batch["action"]) - y) ** 2).mean(1).sum()
+    expected_loss = ((sac.critic(sac.actor.features(batch["obs"]), batch["action"]) - y) ** 2).mean(1).sum()
     torch.manual_seed(123)
     metrics = sac.update(batch)
     assert abs(metrics["critic_loss"] - expected_loss.item()) < 1e-4

@@ -1,4 +1,4 @@
-"""Soft actor-critic with a LayerNorm critic ensemble (RLPD-style), for state observations.
+"""Soft actor-critic with a LayerNorm critic ensemble (RLPD-style), for state and image observations.
 
 Reads top to bottom like the math (ALGORITHMS.md section 3):
 
@@ -10,6 +10,11 @@ Reads top to bottom like the math (ALGORITHMS.md section 3):
 ``discount`` is gamma^n for an n-step (or H-step chunk) window and 0 after termination; the buffer
 provides it. Actions are normalised to [-1, 1]; with chunk horizon H the critic scores the whole
 chunk Q(s, a_{t:t+H}) (the action input is H * A wide). Target entropy is -|A|/2.
+
+With cameras, s enters as the policy's features (normalised state + CNN image features): one encoder,
+trained by the critic loss, read by the actor with stop-gradient; frames are randomly shifted by up to
+``image_shift_pad`` pixels in every sampled batch (DrQ). RLPD: ``demo_ratio`` of each batch comes from
+demo and intervention steps.
 """
 
 from __future__ import annotations
@@ -17,12 +22,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from robolearn.buffer.replay_buffer import ReplayBuffer
-from robolearn.policies.mlp import GaussianChunkPolicy, ObsNormaliser
+from robolearn.policies.encoders import random_shift
+from robolearn.policies.mlp import GaussianChunkPolicy
 from robolearn.registry import register
 from robolearn.specs import ActionSpec
 
@@ -46,6 +53,7 @@ class SACConfig:
     actor_update_every: int = 1    # actor (and temperature) updated every k critic updates
     learning_starts: int = 500     # environment steps before the first update
     demo_ratio: float = 0.5        # RLPD: share of each batch drawn from demo + intervention steps (when any)
+    image_shift_pad: int = 4       # random-shift augmentation of camera frames, pixels (0: off)
     publish_every: int = 25        # publish weights every K updates
     checkpoint_every_s: float = 20.0
 
@@ -80,23 +88,21 @@ class EnsembleLinear(nn.Module):
 
 
 class EnsembleCritic(nn.Module):
-    """N Q-networks: Linear -> LayerNorm -> ReLU blocks, then a scalar head. Returns (N, B)."""
+    """N Q-networks on (features, action): Linear -> LayerNorm -> ReLU blocks, then a scalar head. (N, B)."""
 
-    def __init__(self, normalise: ObsNormaliser, obs_dim: int, action_dim: int, n: int, hidden: list[int]) -> None:
+    def __init__(self, feature_dim: int, action_dim: int, n: int, hidden: list[int]) -> None:
         super().__init__()
         self.n = n
-        self.normalise = normalise
-        sizes = [obs_dim + action_dim, *hidden]
+        sizes = [feature_dim + action_dim, *hidden]
         self.layers = nn.ModuleList(EnsembleLinear(n, a, b) for a, b in zip(sizes[:-1], sizes[1:]))
         self.ln_weight = nn.ParameterList(nn.Parameter(torch.ones(n, 1, h)) for h in hidden)
         self.ln_bias = nn.ParameterList(nn.Parameter(torch.zeros(n, 1, h)) for h in hidden)
         self.head = EnsembleLinear(n, hidden[-1], 1)
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        x = torch.cat([self.normalise(obs), action], dim=-1).expand(self.n, -1, -1)
+    def forward(self, feat: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([feat, action], dim=-1).expand(self.n, -1, -1)
         for layer, w, b in zip(self.layers, self.ln_weight, self.ln_bias):
-            x = layer(x)
-            x = F.relu(F.layer_norm(x, x.shape[-1:]) * w + b)
+            x = F.relu(torch.addcmul(b, F.layer_norm(layer(x), w.shape[-1:]), w))
         return self.head(x).squeeze(-1)
 
 
@@ -107,17 +113,20 @@ class SAC:
         self.cfg = config
         self.actor = policy
         act_dim = policy.horizon * policy.action_dim
-        # the critics share the policy's fixed observation normaliser (buffers, nothing trained)
-        self.critic = EnsembleCritic(policy.normalise, policy.obs_dim, act_dim, config.num_critics,
-                                     config.critic_hidden_dims)
-        self.critic_target = EnsembleCritic(policy.normalise, policy.obs_dim, act_dim, config.num_critics,
+        # the critics read the policy's features: its fixed state normaliser and, with cameras, its image
+        # encoder, which the critic loss trains (the actor sees the features with stop-gradient)
+        self.critic = EnsembleCritic(policy.feature_dim, act_dim, config.num_critics, config.critic_hidden_dims)
+        self.critic_target = EnsembleCritic(policy.feature_dim, act_dim, config.num_critics,
                                             config.critic_hidden_dims)
         self.critic_target.load_state_dict(self.critic.state_dict())
         self.critic_target.requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(config.init_temperature), requires_grad=True)
         self.target_entropy = -act_dim / 2
-        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=config.actor_lr, fused=True)
-        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=config.critic_lr, fused=True)
+        encoder = list(policy.encoder.parameters()) if policy.encoder is not None else []
+        actor_params = [p for n, p in policy.named_parameters() if not n.startswith("encoder.")]
+        self.actor_opt = torch.optim.Adam(actor_params, lr=config.actor_lr, fused=True)
+        self.critic_opt = torch.optim.Adam([*self.critic.parameters(), *encoder], lr=config.critic_lr, fused=True)
+        self.shift_pad = config.image_shift_pad
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=config.temperature_lr)
         self.generator = torch.Generator().manual_seed(seed)
         self.num_updates = 0
@@ -136,29 +145,41 @@ class SAC:
                    "intervention": r * sizes["intervention"] / offline}
         b = buffer.sample(self.cfg.batch_size, horizon=self.actor.horizon, gamma=self.cfg.gamma, mix=mix)
         action = action_spec.to_normalised(b["action"]).reshape(len(b["action"]), -1)
-        return {"obs": torch.from_numpy(b["obs.state"]), "next_obs": torch.from_numpy(b["next_obs.state"]),
-                "action": torch.from_numpy(action), "reward": torch.from_numpy(b["reward"]),
-                "discount": torch.from_numpy(b["discount"])}
+        batch = {"action": torch.from_numpy(action), "reward": torch.from_numpy(b["reward"]),
+                 "discount": torch.from_numpy(b["discount"])}
+        for side in ("obs", "next_obs"):
+            state = torch.from_numpy(b[f"{side}.state"])
+            if self.actor.encoder is None:
+                batch[side] = state
+                continue
+            batch[side] = {"state": state}
+            for k in self.actor.encoder.keys:  # uint8 (B, H, W, 3), shifted with the replay generator
+                frames = torch.from_numpy(np.ascontiguousarray(b[f"{side}.{k}"]))
+                batch[side][k] = random_shift(frames, buffer.rng, self.shift_pad) if self.shift_pad else frames
+        return batch
 
     @torch.no_grad()
-    def td_target(self, reward: torch.Tensor, discount: torch.Tensor, next_obs: torch.Tensor,
+    def td_target(self, reward: torch.Tensor, discount: torch.Tensor, next_feat: torch.Tensor,
                   alpha: torch.Tensor) -> torch.Tensor:
-        """y = r + discount * (min over a random subset of target critics Q'(s', a') - alpha log pi(a'|s')), (B,)."""
-        next_action, next_log_prob = self.actor.sample(next_obs)
-        target_q = self.critic_target(next_obs, next_action)
+        """y = r + discount * (min over a random subset of target critics Q'(s', a') - alpha log pi(a'|s')), (B,).
+        ``next_feat``: the policy's features of s' (B, F)."""
+        next_action, next_log_prob = self.actor.sample_features(next_feat)
+        target_q = self.critic_target(next_feat, next_action)
         subset = torch.randperm(self.cfg.num_critics, generator=self.generator)[: self.cfg.critic_subset]
         return reward + discount * (target_q[subset].min(dim=0).values - alpha * next_log_prob)
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-        """One update from a batch: obs (B, D), action (B, H*A) in [-1, 1], reward (B,),
-        discount (B,) = gamma^n or 0 after termination, next_obs (B, D)."""
+        """One update from a batch: obs (B, D) or {"state": (B, D), camera: uint8 (B, H, W, 3)}, action
+        (B, H*A) in [-1, 1], reward (B,), discount (B,) = gamma^n or 0 after termination, next_obs like obs."""
         obs, action, reward, discount, next_obs = (
             batch["obs"], batch["action"], batch["reward"], batch["discount"], batch["next_obs"])
         alpha = self.log_alpha.exp().detach()
 
         # --- critic: regress every member onto the min over a random subset of target critics
-        y = self.td_target(reward, discount, next_obs, alpha)
-        q = self.critic(obs, action)
+        feat = self.actor.features(obs)  # with cameras the encoder learns from this loss only
+        with torch.no_grad():
+            y = self.td_target(reward, discount, self.actor.features(next_obs), alpha)
+        q = self.critic(feat, action)
         critic_loss = ((q - y.unsqueeze(0)) ** 2).mean(dim=1).sum()
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
@@ -174,9 +195,10 @@ class SAC:
 
         # --- actor and temperature, every k critic updates
         if self.num_updates % self.cfg.actor_update_every == 0:
-            new_action, log_prob = self.actor.sample(obs)
+            feat = feat.detach()  # stop-gradient: the actor loss does not move the encoder
+            new_action, log_prob = self.actor.sample_features(feat)
             self.critic.requires_grad_(False)
-            q_pi = self.critic(obs, new_action).mean(dim=0)
+            q_pi = self.critic(feat, new_action).mean(dim=0)
             self.critic.requires_grad_(True)
             actor_loss = (alpha * log_prob - q_pi).mean()
             self.actor_opt.zero_grad(set_to_none=True)

@@ -1,0 +1,69 @@
+"""Image encoders for policies and critics, and random-shift augmentation (DrQ; ALGORITHMS.md section 3).
+
+``ImageEncoder``: per camera a small CNN on uint8 (B, H, W, 3) frames scaled to [0, 1]: conv 3x3 stride 2,
+three convs 3x3 stride 1 (32 channels, ReLU), flatten, Linear -> LayerNorm -> tanh to ``feature_dim``.
+The features of all cameras are concatenated, (B, n_cameras * feature_dim). In SAC one encoder is shared
+by actor and critic: the critic's loss trains it, the actor sees its output with stop-gradient.
+
+``random_shift``: pad every image by ``pad`` pixels (edge replicated) and crop back to the original size
+at a random offset per image, (B, H, W, C) uint8 in and out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from robolearn.specs import ObservationSpec
+
+
+def image_keys(obs_spec: ObservationSpec) -> list[str]:
+    """The observation keys that are camera frames: uint8 (H, W, 3)."""
+    return [k for k, s in obs_spec.arrays.items() if s.dtype == "uint8" and len(s.shape) == 3]
+
+
+class CameraEncoder(nn.Module):
+    def __init__(self, height: int, width: int, feature_dim: int, channels: int = 32) -> None:
+        super().__init__()
+        self.convs = nn.Sequential(
+            nn.Conv2d(3, channels, 3, stride=2), nn.ReLU(),
+            nn.Conv2d(channels, channels, 3, stride=1), nn.ReLU(),
+            nn.Conv2d(channels, channels, 3, stride=1), nn.ReLU(),
+            nn.Conv2d(channels, channels, 3, stride=1), nn.ReLU(),
+        )
+        with torch.no_grad():
+            n_flat = self.convs(torch.zeros(1, 3, height, width)).numel()
+        self.project = nn.Sequential(nn.Linear(n_flat, feature_dim), nn.LayerNorm(feature_dim), nn.Tanh())
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        """uint8 (B, H, W, 3) -> (B, feature_dim)."""
+        x = frames.permute(0, 3, 1, 2).float() / 255.0
+        return self.project(self.convs(x).flatten(1))
+
+
+class ImageEncoder(nn.Module):
+    def __init__(self, obs_spec: ObservationSpec, feature_dim: int = 50) -> None:
+        super().__init__()
+        self.keys = image_keys(obs_spec)
+        if not self.keys:
+            raise ValueError("ImageEncoder: the observation has no camera (uint8 H x W x 3) entry")
+        self.cameras = nn.ModuleDict({k: CameraEncoder(*obs_spec.arrays[k].shape[:2], feature_dim) for k in self.keys})
+        self.out_dim = feature_dim * len(self.keys)
+
+    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return torch.cat([self.cameras[k](obs[k]) for k in self.keys], dim=-1)
+
+
+def random_shift(frames: torch.Tensor, rng: np.random.Generator, pad: int = 4) -> torch.Tensor:
+    """(B, H, W, C) uint8 -> the same shape, each image shifted by up to ``pad`` pixels (edges replicated).
+    Offsets come from ``rng`` (the replay buffer's generator in the learner, so a resumed run repeats them)."""
+    b, h, w, _ = frames.shape
+    padded = F.pad(frames.permute(0, 3, 1, 2).float(), (pad, pad, pad, pad), mode="replicate")
+    dy = torch.from_numpy(rng.integers(0, 2 * pad + 1, b))
+    dx = torch.from_numpy(rng.integers(0, 2 * pad + 1, b))
+    rows = (dy[:, None] + torch.arange(h))[:, :, None]       # (B, H, 1)
+    cols = (dx[:, None] + torch.arange(w))[:, None, :]       # (B, 1, W)
+    batch = torch.arange(b)[:, None, None]
+    return padded.permute(0, 2, 3, 1)[batch, rows, cols].to(torch.uint8)
