@@ -41,8 +41,9 @@ def main() -> None:
             runs[mode] = run_until_success([*common, f"runtime.learning={mode}"], f"learn-{mode}", Path(tmp),
                                            args.target, args.cap_minutes, label=mode)
             r = runs[mode]["reached"]
-            print(f"{mode}: {'%.2f min, %d env steps' % (r['minutes'], r['env_steps']) if r else 'not reached'}"
-                  f" (robot waited {runs[mode]['waited_for_learner_s'] or 0:.0f} s for the learner)", flush=True)
+            reached = f"{r['minutes']:.2f} min, {r['env_steps']} env steps" if r else "not reached"
+            print(f"{mode}: {reached} (robot waited {runs[mode]['waited_for_learner_s'] or 0:.0f} s for the learner)",
+                  flush=True)
     a, s = runs["async"]["reached"], runs["sync"]["reached"]
     ratio = round(a["minutes"] / s["minutes"], 3) if a and s else None
     steps_ratio = round(a["env_steps"] / s["env_steps"], 3) if a and s else None

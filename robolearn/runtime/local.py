@@ -277,7 +277,8 @@ def _print_summary(console: Console, s: dict) -> None:
         ("chunk_utilisation", "chunk utilisation", "{:.2f}"),
         ("policy_lag_p95", "policy lag p95 (versions)", "{}"), ("policy_lag_max", "policy lag max", "{}"),
         ("throttled_s", "actors throttled by lag", "{:.1f} s"),
-        ("waited_for_learner_s", "robot waited for learner (sync)", "{:.1f} s"), ("intervention_steps", "intervention steps", "{}"),
+        ("waited_for_learner_s", "robot waited for learner (sync)", "{:.1f} s"),
+        ("intervention_steps", "intervention steps", "{}"),
         ("rejected_messages", "rejected messages", "{}"), ("run_dir", "run directory", "{}"),
     ):
         table.add_row(label, fmt.format(s.get(key)))
