@@ -71,6 +71,8 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=200)
     ap.add_argument("--demos", type=int, default=1000)
     ap.add_argument("--bc-steps", type=int, default=6000)
+    ap.add_argument("--action-noise", type=float, default=0.0,
+                    help="DART: the expert's actions are executed with this N(0, sigma) noise (normalised units)")
     ap.add_argument("--policy", help="reuse a trained state dict instead of training (for quick reruns)")
     args = ap.parse_args()
     torch.set_num_threads(2)
@@ -82,11 +84,12 @@ def main() -> None:
         policy.load_state_dict(torch.load(args.policy, weights_only=True))
         bc = {"loaded": args.policy}
     else:
-        data = expert_demos(env, args.demos, H, seed=DEMO_SEED, future=MAX_PREFIX)
+        data = expert_demos(env, args.demos, H, seed=DEMO_SEED, action_noise=args.action_noise, past=MAX_PREFIX)
         print(f"{args.demos} expert demos ({data.successes} successful, {len(data.states)} frames); "
               f"behaviour cloning for {args.bc_steps} steps...", flush=True)
         losses = train_bc(policy, data, args.bc_steps, log_every=1000)
-        bc = {"demos": args.demos, "frames": len(data.states), "steps": args.bc_steps,
+        bc = {"demos": args.demos, "action_noise": args.action_noise, "frames": len(data.states),
+              "steps": args.bc_steps,
               "final_loss": round(sum(losses[-100:]) / 100, 4), "seconds": round(time.perf_counter() - t0, 1)}
         out = Path(__file__).parent / "results" / "delay_sweep_policy.pt"
         torch.save(policy.state_dict(), out)

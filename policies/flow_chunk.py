@@ -22,11 +22,15 @@ Two choices of ours, both measured on push_cube BC (200 demos, 3000 steps, 30 ep
   loss is taken in that space, i.e. the velocity loss weighted by (1 - tau)^2: same minimiser.
 The backbone is an MLP over [normalised state; tau-gated noisy chunk; per-position time features].
 
-Two-stage requests (ARLI, ALGORITHMS.md section 2), ``mid_observation=True``: the policy is also given
-a mid-inference state s_mid taken k ticks after s (k <= d, the committed prefix covers those ticks) and
-conditions on [s; s_mid; k / D]. Trained with k ~ U{0..d} per example from the demo's own later states,
-so k = 0 (s_mid = s, a one-stage request) is covered too. The heavy/light split of ARLI is a latency
-model here (the client finishes the chunk ``mid_ticks`` after s_mid arrives); the network is one MLP.
+Two-stage requests (ARLI late binding, ALGORITHMS.md section 2), ``mid_observation=True``: the chunk is
+anchored at the latest observation. A request's first observation s (taken k ticks earlier) becomes
+context, the mid-inference state s_mid is the state the chunk starts from, and its prefix is the
+committed actions from s_mid's tick on: cond = [s_mid; s; k / D], p = d - k clean positions. So the
+network does the task it knows (a chunk from the current state, agreeing with the committed actions)
+with the older state as context, instead of having to shift its output by k ticks. Trained with
+d ~ U{0..D}, k ~ U{0..d} from the demos' own earlier states; k = 0 (s_mid = s) is a one-stage request.
+The heavy/light split of ARLI is a latency model here (the client finishes the chunk ``mid_ticks``
+after s_mid arrives); the network is one MLP.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ class FlowChunkPolicyConfig:
     max_prefix: int = 6            # D, the longest committed prefix trained for (>= the largest delay in ticks)
     hidden_dims: list[int] = field(default_factory=lambda: [512, 512, 512])
     flow_steps: int = 10           # Euler steps at inference
-    mid_observation: bool = False  # also condition on a mid-inference state (two-stage requests)
+    mid_observation: bool = False  # two-stage requests: anchor the chunk at a mid-inference state
 
     def __post_init__(self) -> None:
         if self.chunk_horizon < 1:
@@ -96,17 +100,18 @@ class FlowChunkPolicy(nn.Module):
         self.mean_head = mlp([cond_dim, *config.hidden_dims, n_chunk])
         self.net = mlp([cond_dim + n_chunk + self.horizon * (1 + 2 * TIME_FREQS), *config.hidden_dims, n_chunk])
 
-    def condition(self, state: torch.Tensor, mid_state: torch.Tensor | None = None,
-                  mid_offset: torch.Tensor | None = None) -> torch.Tensor:
-        """What the chunk is conditioned on, (B, C): the normalised state, and with ``mid_observation`` also
-        the mid-inference state (B, S) (``state`` itself when None) and its offset k (B,) ticks / D."""
+    def condition(self, state: torch.Tensor, earlier: torch.Tensor | None = None,
+                  offset: torch.Tensor | None = None) -> torch.Tensor:
+        """What the chunk is conditioned on, (B, C): the normalised state the chunk starts from, and with
+        ``mid_observation`` also an earlier state (B, S) taken ``offset`` (B,) ticks before it (context; the
+        state itself with offset 0 when None)."""
         cond = self.normalise(state)
         if not self.takes_mid_observation:
             return cond
-        if mid_state is None:
-            mid_state, mid_offset = state, torch.zeros(state.shape[0], device=state.device)
-        k = mid_offset.float().clamp(0, self.max_prefix).unsqueeze(-1) / max(1, self.max_prefix)
-        return torch.cat([cond, self.normalise(mid_state), k], dim=-1)
+        if earlier is None:
+            earlier, offset = state, torch.zeros(state.shape[0], device=state.device)
+        k = offset.float().clamp(0, self.max_prefix).unsqueeze(-1) / max(1, self.max_prefix)
+        return torch.cat([cond, self.normalise(earlier), k], dim=-1)
 
     def denoise(self, cond: torch.Tensor, x: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
         """The network's estimate of the clean chunk x1 from x_tau: cond (B, C), x (B, H, A), tau (B, H).
@@ -135,25 +140,26 @@ class FlowChunkPolicy(nn.Module):
         return out
 
     def loss(self, state: torch.Tensor, actions: torch.Tensor, prefix_len: torch.Tensor | None = None,
-             valid: torch.Tensor | None = None, future: torch.Tensor | None = None) -> torch.Tensor:
+             valid: torch.Tensor | None = None, past: torch.Tensor | None = None) -> torch.Tensor:
         """Per-example flow-matching loss (B,) on demo chunks ``actions`` (B, H, A) in [-1, 1].
 
         ``prefix_len`` (B,) int: the clean prefix given to the network (drawn uniformly from 0..D when
-        None). ``valid`` (B, H) optional mask of real (not padded) chunk positions. ``future`` (B, D+1, S):
-        the states 0..D ticks after ``state``, needed with ``mid_observation`` (s_mid = future[k],
-        k ~ U{0..d}).
+        None). ``valid`` (B, H) optional mask of real (not padded) chunk positions. ``past`` (B, D+1, S):
+        the states 0..D ticks before ``state``, needed with ``mid_observation``: with d the drawn prefix,
+        k ~ U{0..d}, the context is past[k] and the prefix d - k (the committed actions from ``state`` on).
         """
         b = actions.shape[0]
         if prefix_len is None:
             prefix_len = torch.randint(0, self.max_prefix + 1, (b,), device=actions.device)
         valid = torch.ones(actions.shape[:2], device=actions.device) if valid is None else valid
-        mid_state = mid_offset = None
+        earlier = offset = None
         if self.takes_mid_observation:
-            if future is None or future.shape[1] < self.max_prefix + 1:
-                raise ValueError(f"flow_chunk with mid_observation needs future states (B, {self.max_prefix + 1}, S)")
-            mid_offset = (torch.rand(b, device=actions.device) * (prefix_len + 1)).long()  # U{0..d}
-            mid_state = future[torch.arange(b, device=actions.device), mid_offset]
-        cond = self.condition(state, mid_state, mid_offset)
+            if past is None or past.shape[1] < self.max_prefix + 1:
+                raise ValueError(f"flow_chunk with mid_observation needs past states (B, {self.max_prefix + 1}, S)")
+            offset = (torch.rand(b, device=actions.device) * (prefix_len + 1)).long()  # U{0..d}
+            earlier = past[torch.arange(b, device=actions.device), offset]
+            prefix_len = prefix_len - offset
+        cond = self.condition(state, earlier, offset)
         mu = self.mean_chunk(cond)
         mean_loss = (valid * ((mu - actions) ** 2).sum(-1)).sum(-1) / valid.sum(-1).clamp(min=1.0)
         residual = actions - mu.detach()                          # the flow runs in residual space
@@ -172,14 +178,14 @@ class FlowChunkPolicy(nn.Module):
     @torch.no_grad()
     def sample(self, state: torch.Tensor, prefix: torch.Tensor | None = None,
                prefix_len: torch.Tensor | None = None, steps: int | None = None,
-               mid_state: torch.Tensor | None = None, mid_offset: torch.Tensor | None = None) -> torch.Tensor:
+               earlier: torch.Tensor | None = None, offset: torch.Tensor | None = None) -> torch.Tensor:
         """A chunk (B, H, A) in [-1, 1] whose first ``prefix_len`` actions equal ``prefix`` (B, D', A)."""
         b = state.shape[0]
         steps = steps or self.config.flow_steps
         if prefix is None or prefix_len is None:
             prefix = state.new_zeros(b, self.horizon, self.action_dim)
             prefix_len = torch.zeros(b, dtype=torch.long, device=state.device)
-        cond = self.condition(state, mid_state, mid_offset)
+        cond = self.condition(state, earlier, offset)
         mu = self.mean_chunk(cond)
         prefix = self._pad_prefix(prefix) - mu                     # in residual space
         m = prefix_mask(prefix_len, self.horizon)
@@ -195,15 +201,23 @@ class FlowChunkPolicy(nn.Module):
                       explore: bool = False, mid_observations: dict[str, np.ndarray] | None = None,
                       mid_offsets: np.ndarray | None = None) -> np.ndarray:
         """The serving interface: observations {"state": (B, S)}, prefix (B, D', A) normalised,
-        prefix_len (B,), optional mid_observations {"state": (B, S)} and mid_offsets (B,) ticks
-        -> chunks (B, H, A) normalised, as float32 numpy. Always a sample of the flow."""
+        prefix_len (B,) -> chunks (B, H, A) normalised, as float32 numpy. Always a sample of the flow.
+
+        With ``mid_observations`` {"state": (B, S)} taken ``mid_offsets`` k (B,) ticks after the first ones
+        (k <= prefix_len), row b's chunk starts at its mid observation's tick and its first prefix_len - k
+        actions are the committed ones from there (``prefix[b, k:prefix_len]``)."""
         states = torch.as_tensor(observations["state"], dtype=torch.float32)
-        mid_state = mid_offset = None
+        prefix_t = torch.as_tensor(prefix, dtype=torch.float32)
+        lens = torch.as_tensor(prefix_len, dtype=torch.long)
+        earlier = offset = None
         if mid_observations is not None:
-            mid_state = torch.as_tensor(mid_observations["state"], dtype=torch.float32)
-            mid_offset = torch.as_tensor(mid_offsets, dtype=torch.long)
-        out = self.sample(states, torch.as_tensor(prefix, dtype=torch.float32),
-                          torch.as_tensor(prefix_len, dtype=torch.long), mid_state=mid_state, mid_offset=mid_offset)
+            earlier, states = states, torch.as_tensor(mid_observations["state"], dtype=torch.float32)
+            offset = torch.as_tensor(mid_offsets, dtype=torch.long)
+            shifted = torch.zeros_like(prefix_t)
+            for i, k in enumerate(offset.tolist()):
+                shifted[i, :prefix_t.shape[1] - k] = prefix_t[i, k:]
+            prefix_t, lens = shifted, lens - offset
+        out = self.sample(states, prefix_t, lens, earlier=earlier, offset=offset)
         return out.numpy().astype(np.float32)
 
 

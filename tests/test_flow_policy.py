@@ -63,26 +63,31 @@ def test_behaviour_cloning_fits_expert_demos():
     assert cos > 0.5
 
 
-def test_future_states_hold_the_last_state_past_the_episode_end():
-    from robolearn.learner.bc import future_states
-    f = future_states(np.arange(4, dtype=np.float32)[:, None], max_offset=2)
-    assert f[:, :, 0].tolist() == [[0, 1, 2], [1, 2, 3], [2, 3, 3], [3, 3, 3]]
+def test_past_states_hold_the_first_state_before_the_episode_start():
+    from robolearn.learner.bc import past_states
+    f = past_states(np.arange(4, dtype=np.float32)[:, None], max_offset=2)
+    assert f[:, :, 0].tolist() == [[0, 0, 0], [1, 0, 0], [2, 1, 0], [3, 2, 1]]
 
 
-def test_mid_observation_policy_uses_the_later_state():
+def test_mid_observation_chunk_starts_at_the_mid_state_and_keeps_the_remaining_prefix():
     env = ReachEnv()
     policy = tiny_policy(env, mid_observation=True)
     state, actions = torch.rand(4, 18), torch.rand(4, 6, 6) * 2 - 1
-    with pytest.raises(ValueError, match="future states"):
+    with pytest.raises(ValueError, match="past states"):
         policy.loss(state, actions)
-    assert policy.loss(state, actions, future=torch.rand(4, 4, 18)).shape == (4,)
-    # one-stage (no mid state) == mid state equal to the first one at offset 0; a different mid state
-    # changes the chunk
+    assert policy.loss(state, actions, past=torch.rand(4, 4, 18)).shape == (4,)
+    first, mid = np.random.rand(2, 18).astype(np.float32), np.random.rand(2, 18).astype(np.float32)
+    prefix = np.random.uniform(-1, 1, (2, 3, 6)).astype(np.float32)
     torch.manual_seed(1)
-    one = policy.sample(state)
+    out = policy.predict_chunk({"state": first}, prefix, np.array([3, 3]), mid_observations={"state": mid},
+                               mid_offsets=np.array([2, 0]))
+    # row 0: the mid state is 2 ticks later, so 1 committed action is left; row 1: all 3
+    np.testing.assert_allclose(out[0, :1], prefix[0, 2:3], atol=1e-6)
+    np.testing.assert_allclose(out[1, :3], prefix[1], atol=1e-6)
+    # a one-stage request is the mid state at offset 0 being the first one
     torch.manual_seed(1)
-    same = policy.sample(state, mid_state=state, mid_offset=torch.zeros(4, dtype=torch.long))
+    one = policy.predict_chunk({"state": first}, prefix, np.array([3, 3]))
     torch.manual_seed(1)
-    other = policy.sample(state, mid_state=torch.rand(4, 18), mid_offset=torch.full((4,), 2))
-    torch.testing.assert_close(one, same)
-    assert not torch.allclose(one, other)
+    same = policy.predict_chunk({"state": first}, prefix, np.array([3, 3]), mid_observations={"state": first},
+                                mid_offsets=np.array([0, 0]))
+    np.testing.assert_allclose(one, same, atol=1e-6)

@@ -173,8 +173,10 @@ class ChunkExecutor:
             self.queue.clear_from(tick)  # the robot stops here and waits for the new chunk
         if self.before_request is not None:
             self.before_request()
-        # two-stage only when the mid observation would be newer than the first one
-        mid_ticks = self.cfg.mid_observation_ticks if two_stage and planned > self.cfg.mid_observation_ticks else 0
+        # two-stage only when the mid observation would be newer than the first one and taken while the
+        # committed prefix still runs (the chunk then starts from it)
+        d_rl = self.cfg.mid_observation_ticks
+        mid_ticks = d_rl if two_stage and d_rl < planned <= len(prefix) + d_rl else 0
         req = ChunkRequest(self._next_id, tick, observation, prefix, planned, self.robot_id, mid_ticks=mid_ticks)
         self._next_id += 1
         self._in_flight, self._sent_at = req, tick
@@ -195,8 +197,9 @@ class ChunkExecutor:
             self.metrics.delays[delay] += 1
         self.metrics.chunks += 1
         actions = self.action_spec.to_robot(np.asarray(resp.actions, np.float32))
-        # sync: the robot held still while the policy thought, so the chunk starts when it arrives
-        start = tick if self.cfg.mode == "sync" else resp.tick
+        # sync: the robot held still while the policy thought, so the chunk starts when it arrives;
+        # two-stage: it starts at the mid observation's tick
+        start = tick if self.cfg.mode == "sync" else (resp.tick if resp.chunk_start is None else resp.chunk_start)
         if self.on_chunk is not None:
             self.on_chunk(start, actions)
         args = (start, actions)

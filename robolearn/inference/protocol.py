@@ -52,6 +52,8 @@ class ChunkResponse:
     # two-stage: the answer was held back waiting for the mid observation (the delay it shows is then
     # the executor's own timing, not the policy's)
     waited_for_mid: bool = False
+    # two-stage: the chunk starts at the mid observation's tick (and prefix_len counts from there)
+    chunk_start: int | None = None
 
 
 def request_to_wire(req: ChunkRequest) -> tuple[dict, dict[str, np.ndarray]]:

@@ -4,7 +4,8 @@ The policy implements ``predict_chunk(observations {key: (B, ...)}, prefix (B, D
 explore) -> (B, H, A)`` in normalised action units (``policies.flow_chunk.FlowChunkPolicy``; the Gaussian MLP
 policy and lerobot policies ignore the prefix). A policy with ``takes_mid_observation = True`` also gets
 ``mid_observations`` (the same keys) and ``mid_offsets`` (B,) ticks after the first observation (two-stage
-requests; a one-stage request passes its observation again with offset 0). Requests are validated against
+requests; a one-stage request passes its observation again with offset 0); a two-stage chunk starts at
+its mid observation's tick (``ChunkResponse.chunk_start``). Requests are validated against
 the observation spec before they reach the model.
 """
 
@@ -52,13 +53,22 @@ class ChunkPolicyRunner:
         if getattr(self.policy, "takes_mid_observation", False):
             mids = [r.mid_observation if r.mid_observation is not None else r.observation for r in requests]
             extra["mid_observations"] = {k: np.stack([m[k] for m in mids]) for k in self.obs_spec.arrays}
-            extra["mid_offsets"] = np.array([r.mid_tick - r.tick if m else 0 for r, m in zip(requests, two_stage)],
-                                            np.int64)
+            offsets = [r.mid_tick - r.tick if m else 0 for r, m in zip(requests, two_stage)]
+            if any(k > r.prefix_len for k, r in zip(offsets, requests)):
+                raise SpecError("a mid observation taken after the committed prefix ends")
+            extra["mid_offsets"] = np.array(offsets, np.int64)
         elif any(two_stage):
             raise SpecError(f"a two-stage request (chunking.mid_observation_ticks > 0) reached "
                             f"{type(self.policy).__name__}, which takes no mid-inference observation")
         with torch.no_grad():
             chunks = self.policy.predict_chunk(observations, prefix, lens, explore=self.explore, **extra)
         ms = (time.perf_counter() - t0) * 1e3
-        return [ChunkResponse(r.request_id, r.tick, chunks[i], self.version, r.prefix_len, ms)
-                for i, r in enumerate(requests)]
+        out = []
+        for i, r in enumerate(requests):
+            if "mid_offsets" in extra and two_stage[i]:  # the chunk starts at the mid observation's tick
+                k = int(extra["mid_offsets"][i])
+                out.append(ChunkResponse(r.request_id, r.tick, chunks[i], self.version, r.prefix_len - k, ms,
+                                         chunk_start=r.tick + k))
+            else:
+                out.append(ChunkResponse(r.request_id, r.tick, chunks[i], self.version, r.prefix_len, ms))
+        return out

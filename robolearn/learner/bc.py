@@ -4,7 +4,7 @@ Demos become (state, chunk) pairs: the state at tick t and the next H actions a_
 normalised to [-1, 1]; a chunk running past the episode end is padded with the hold action (no
 change) and those positions are masked out of the loss. The policy's own ``loss`` does the rest
 (for the flow policy: prefix-masked flow matching). For policies that take a mid-inference
-observation each pair also keeps the states 0..D ticks later (``future``, held at the episode end).
+observation each pair also keeps the states 0..D ticks earlier (``past``, held at the episode start).
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ class ChunkDataset:
     valid: np.ndarray    # (N, H) float32, 1 where the chunk position is a real demo action
     episodes: int
     successes: int
-    future: np.ndarray | None = None  # (N, D+1, S) float32, the states 0..D ticks later
+    past: np.ndarray | None = None  # (N, D+1, S) float32, the states 0..D ticks earlier
 
 
-def future_states(states: np.ndarray, max_offset: int) -> np.ndarray:
-    """One episode's states (T, S) -> (T, max_offset + 1, S): row t holds s_t .. s_{t+D}, the last state
-    repeated past the episode end."""
+def past_states(states: np.ndarray, max_offset: int) -> np.ndarray:
+    """One episode's states (T, S) -> (T, max_offset + 1, S): row t holds s_t, s_{t-1} .. s_{t-D}, the first
+    state repeated before the episode start."""
     t_len = len(states)
-    idx = np.minimum(np.arange(t_len)[:, None] + np.arange(max_offset + 1)[None, :], t_len - 1)
+    idx = np.maximum(np.arange(t_len)[:, None] - np.arange(max_offset + 1)[None, :], 0)
     return np.asarray(states, np.float32)[idx]
 
 
@@ -44,12 +44,12 @@ def chunk_pairs(states: list[np.ndarray], actions: list[np.ndarray], horizon: in
 
 
 def expert_demos(env, episodes: int, horizon: int, seed: int = 0, action_noise: float = 0.0,
-                 future: int = 0) -> ChunkDataset:
+                 past: int = 0) -> ChunkDataset:
     """Run the env's scripted expert for ``episodes`` seeded episodes and cut them into chunks.
 
     ``action_noise`` > 0 (normalised units) executes ``expert + N(0, noise)`` while recording the expert's
     own action as the label (DART): the demos then show how to recover from small mistakes, which a
-    cloned policy makes. ``future`` = D > 0 also keeps the states 0..D ticks after each pair."""
+    cloned policy makes. ``past`` = D > 0 also keeps the states 0..D ticks before each pair."""
     rng = np.random.default_rng(seed)
     all_s, all_c, all_v, all_f, successes = [], [], [], [], 0
     for ep in range(episodes):
@@ -68,10 +68,10 @@ def expert_demos(env, episodes: int, horizon: int, seed: int = 0, action_noise: 
         successes += int(bool(info.get("success")))
         s, c, v = chunk_pairs(states, actions, horizon)
         all_s.append(s), all_c.append(c), all_v.append(v)
-        if future:
-            all_f.append(future_states(s, future))
+        if past:
+            all_f.append(past_states(s, past))
     return ChunkDataset(np.concatenate(all_s), np.concatenate(all_c), np.concatenate(all_v), episodes, successes,
-                        np.concatenate(all_f) if future else None)
+                        np.concatenate(all_f) if past else None)
 
 
 def train_bc(policy: torch.nn.Module, data: ChunkDataset, steps: int, batch_size: int = 256, lr: float = 1e-3,
@@ -82,14 +82,14 @@ def train_bc(policy: torch.nn.Module, data: ChunkDataset, steps: int, batch_size
     states = torch.as_tensor(data.states)
     chunks = torch.as_tensor(data.chunks)
     valid = torch.as_tensor(data.valid)
-    future = None if data.future is None else torch.as_tensor(data.future)
+    past = None if data.past is None else torch.as_tensor(data.past)
     opt = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=1e-4)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps, eta_min=lr * 0.05)
     policy.train()
     losses, t0 = [], time.perf_counter()
     for step in range(steps):
         idx = torch.randint(0, len(states), (batch_size,), generator=gen)
-        extra = {} if future is None else {"future": future[idx]}
+        extra = {} if past is None else {"past": past[idx]}
         loss = policy.loss(states[idx], chunks[idx], valid=valid[idx], **extra).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
