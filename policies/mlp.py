@@ -31,6 +31,8 @@ class MLPPolicyConfig:
     log_std_min: float = -5.0
     log_std_max: float = 2.0
     image_feature_dim: int = 50    # per camera, when the task has cameras (policies.encoders.ImageEncoder)
+    discrete_gripper: bool = False  # the last action dim is a gripper chosen by a Q-head: close / stay / open
+    gripper_epsilon: float = 0.1    # exploring actors pick a random gripper command this often
 
     def __post_init__(self) -> None:
         if self.chunk_horizon < 1:
@@ -39,6 +41,10 @@ class MLPPolicyConfig:
             raise ValueError(f"policy.hidden_dims must be positive sizes, got {self.hidden_dims}")
         if self.log_std_min >= self.log_std_max:
             raise ValueError("policy.log_std_min must be < policy.log_std_max")
+        if self.discrete_gripper and self.chunk_horizon != 1:
+            raise ValueError("policy.discrete_gripper needs policy.chunk_horizon=1 (one gripper command per step)")
+        if not 0 <= self.gripper_epsilon <= 1:
+            raise ValueError(f"policy.gripper_epsilon must be in [0, 1], got {self.gripper_epsilon}")
 
 
 def state_vector_spec(obs_spec: ObservationSpec):
@@ -79,12 +85,25 @@ def mlp(sizes: list[int]) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+GRIPPER_LEVELS = torch.tensor([-1.0, 0.0, 1.0])  # normalised gripper command per discrete choice
+
+
+def gripper_class(command: torch.Tensor) -> torch.Tensor:
+    """Normalised gripper commands (B,) -> the nearest of GRIPPER_LEVELS, as class indices (B,)."""
+    return torch.bucketize(command.contiguous(), torch.tensor([-1 / 3, 1 / 3]))
+
+
 class GaussianChunkPolicy(nn.Module):
     """``action_spec.chunk_horizon`` sets H; build with ``make_policy`` to take it from the config.
 
     Observations: a state tensor (B, S), or a dict {"state": (B, S), <camera>: uint8 (B, H, W, 3), ...}.
     With cameras the policy owns an ``ImageEncoder``; its features are concatenated to the normalised
-    state (``features``), and SAC shares that encoder with the critic."""
+    state (``features``), and SAC shares that encoder with the critic.
+
+    ``discrete_gripper`` (HIL-SERL): the Gaussian covers the other action dims (``continuous_dim``); the
+    last one is a gripper command chosen by ``gripper_q`` (B, 3) over GRIPPER_LEVELS (normalised close,
+    stay, open), greedily, or at random with probability ``gripper_epsilon`` when exploring. SAC trains
+    that Q-head by double DQN."""
 
     def __init__(self, obs_spec: ObservationSpec, action_spec: ActionSpec, config: MLPPolicyConfig) -> None:
         super().__init__()
@@ -92,13 +111,15 @@ class GaussianChunkPolicy(nn.Module):
         self.action_dim = action_spec.dim
         self.horizon = action_spec.chunk_horizon
         self.config = config
-        out = self.horizon * self.action_dim
+        self.continuous_dim = self.action_dim - 1 if config.discrete_gripper else self.action_dim
+        out = self.horizon * self.continuous_dim
         self.normalise = ObsNormaliser(obs_spec)
         self.encoder = ImageEncoder(obs_spec, config.image_feature_dim) if image_keys(obs_spec) else None
         self.feature_dim = self.obs_dim + (self.encoder.out_dim if self.encoder is not None else 0)
         self.trunk = mlp([self.feature_dim, *config.hidden_dims])
         self.mean = nn.Linear(config.hidden_dims[-1], out)
         self.log_std = nn.Linear(config.hidden_dims[-1], out)
+        self.gripper_q = mlp([self.feature_dim, *config.hidden_dims, 3]) if config.discrete_gripper else None
 
     def features(self, obs: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
         """(B, F): the normalised state, then the image features if the policy has cameras."""
@@ -140,20 +161,28 @@ class GaussianChunkPolicy(nn.Module):
         return {k: v.unsqueeze(0) for k, v in out.items()} if add_axis else out
 
     @torch.no_grad()
+    def _chunks(self, obs, explore: bool) -> np.ndarray:
+        """(B, H, A) normalised actions: sampled when exploring, else the mean (and the greedy gripper)."""
+        feat = self.features(obs)
+        a = self.sample_features(feat)[0] if explore else torch.tanh(self.head(feat)[0])
+        if self.gripper_q is not None:
+            level = self.gripper_q(feat).argmax(-1)
+            if explore:
+                rand = torch.rand(level.shape) < self.config.gripper_epsilon
+                level = torch.where(rand, torch.randint(0, 3, level.shape), level)
+            a = torch.cat([a, GRIPPER_LEVELS[level].unsqueeze(-1)], dim=-1)
+        return a.reshape(-1, self.horizon, self.action_dim).numpy()
+
     def act(self, observation: dict[str, np.ndarray] | np.ndarray, deterministic: bool = False) -> np.ndarray:
         """One observation (a dict, or the state (obs_dim,)) -> a chunk (H, A) of normalised actions."""
-        obs = self._batch(observation, add_axis=True)
-        a = torch.tanh(self(obs)[0]) if deterministic else self.sample(obs)[0]
-        return a.reshape(self.horizon, self.action_dim).numpy()
+        return self._chunks(self._batch(observation, add_axis=True), explore=not deterministic)[0]
 
     def predict_chunk(self, observations: dict[str, np.ndarray], prefix: np.ndarray, prefix_len: np.ndarray,
                       explore: bool = False) -> np.ndarray:
         """The serving interface (``inference.runner``): {"state": (B, S), cameras...} -> chunks (B, H, A) in
         [-1, 1], sampled when ``explore`` else the mean. Not prefix-conditioned: the committed prefix is ignored."""
         obs = self._batch(observations if self.encoder is not None else observations["state"], add_axis=False)
-        with torch.no_grad():
-            a = self.sample(obs)[0] if explore else torch.tanh(self(obs)[0])
-        return a.reshape(-1, self.horizon, self.action_dim).numpy()
+        return self._chunks(obs, explore)
 
 
 def make_policy(obs_spec: ObservationSpec, action_spec: ActionSpec, config: MLPPolicyConfig) -> GaussianChunkPolicy:

@@ -16,6 +16,8 @@ from tests.test_cli_config import _cfg
 ALGOS = {
     "sac": {"policy": "mlp", "policy.hidden_dims": "[32,32]", "algo.critic_hidden_dims": "[32,32]",
             "algo.batch_size": "32", "algo.num_critics": "3", "algo.actor_update_every": "2"},
+    "sac_gripper": {"policy": "mlp", "policy.hidden_dims": "[32,32]", "policy.discrete_gripper": "true",
+                    "algo.critic_hidden_dims": "[32,32]", "algo.batch_size": "32"},
     "habc": {"policy": "flow_chunk", "policy.hidden_dims": "[32,32]", "policy.chunk_horizon": "4",
              "policy.max_prefix": "2", "algo.value_hidden_dims": "[32,32]", "algo.batch_size": "32",
              "algo.warmup": "3"},
@@ -55,7 +57,7 @@ def params(learner: Learner) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("algo", sorted(ALGOS))
 def test_resumed_learner_makes_the_uninterrupted_runs_next_update(tmp_path, algo):
-    cfg = validate(_cfg(task="reach", algo=algo, run_name="resume", **ALGOS[algo]))
+    cfg = validate(_cfg(task="reach", algo=algo.removesuffix("_gripper"), run_name="resume", **ALGOS[algo]))
     run = RunDir(tmp_path)
     a = Learner(run, cfg, stop=None)
     fill(a)

@@ -121,3 +121,31 @@ def test_hiors_threshold_rises_with_the_return_quantile_and_never_falls():
     m = AcceptanceThreshold(-math.inf, quantile=0.5, window=50)
     assert [m.observe(r) for r in (1.0, 3.0, 2.0, 0.0, -5.0)] == [1.0, 2.0, 2.0, 2.0, 2.0]
     assert not_noop(torch.tensor([[[0.0, 0.0]], [[0.0, 0.5]]]), 1e-3).tolist() == [0.0, 1.0]
+
+
+def test_discrete_gripper_double_dqn_target_and_policy_output():
+    from robolearn.learner.sac import gripper_td_target
+    from robolearn.policies.mlp import gripper_class
+
+    assert gripper_class(torch.tensor([-0.9, -0.2, 0.0, 0.5, 1.0])).tolist() == [0, 1, 1, 2, 2]
+    q_online = torch.tensor([[0.0, 3.0, 1.0], [2.0, 0.0, 0.0]])   # argmax over s': 1, 0
+    q_target = torch.tensor([[5.0, 7.0, 9.0], [4.0, 6.0, 8.0]])   # the target net's values there: 7, 4
+    y = gripper_td_target(q_online, q_target, torch.tensor([1.0, 0.5]), torch.tensor([0.9, 0.0]))
+    assert y.tolist() == pytest.approx([1.0 + 0.9 * 7.0, 0.5])
+
+    act = ActionSpec(ArraySpec((2,), low=(-1.0, -1.0), high=(1.0, 1.0)))
+    torch.manual_seed(0)
+    policy = GaussianChunkPolicy(OBS, act, MLPPolicyConfig(hidden_dims=[16], discrete_gripper=True))
+    sac = SAC(policy, SACConfig(critic_hidden_dims=[16], critic_lr=1e-2))
+    assert policy.continuous_dim == 1 and sac.target_entropy == -0.5
+    chunk = policy.predict_chunk({"state": np.zeros((64, 2), np.float32)}, np.zeros((64, 0, 2), np.float32),
+                                 np.zeros(64, np.int64), explore=True)
+    assert chunk.shape == (64, 1, 2) and set(np.unique(chunk[:, 0, 1])) <= {-1.0, 0.0, 1.0}
+    # the gripper head learns that "open" pays: reward 1 for open, 0 otherwise, no bootstrap
+    g = torch.tensor([-1.0, 0.0, 1.0]).repeat(32)
+    batch = {"obs": torch.zeros(96, 2), "next_obs": torch.zeros(96, 2), "action": torch.stack([torch.zeros(96), g], 1),
+             "reward": (g == 1.0).float(), "discount": torch.zeros(96)}
+    for _ in range(200):
+        metrics = sac.update(batch)
+    assert metrics["gripper_loss"] < 0.01
+    assert policy.gripper_q(policy.features(torch.zeros(1, 2))).argmax().item() == 2

@@ -14,11 +14,14 @@ chunk Q(s, a_{t:t+H}) (the action input is H * A wide). Target entropy is -|A|/2
 With cameras, s enters as the policy's features (normalised state + CNN image features): one encoder,
 trained by the critic loss, read by the actor with stop-gradient; frames are randomly shifted by up to
 ``image_shift_pad`` pixels in every sampled batch (DrQ). RLPD: ``demo_ratio`` of each batch comes from
-demo and intervention steps.
+demo and intervention steps. A policy with ``discrete_gripper`` has its last action dim scored by its
+own Q-head (close / stay / open), trained here by double DQN (HIL-SERL's grasp critic); the ensemble
+scores the other dims.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 
@@ -29,7 +32,7 @@ from torch import nn
 
 from robolearn.buffer.replay_buffer import ReplayBuffer
 from robolearn.policies.encoders import random_shift
-from robolearn.policies.mlp import GaussianChunkPolicy
+from robolearn.policies.mlp import GaussianChunkPolicy, gripper_class
 from robolearn.registry import register
 from robolearn.specs import ActionSpec
 
@@ -106,13 +109,20 @@ class EnsembleCritic(nn.Module):
         return self.head(x).squeeze(-1)
 
 
+def gripper_td_target(q_next: torch.Tensor, q_next_target: torch.Tensor, reward: torch.Tensor,
+                      discount: torch.Tensor) -> torch.Tensor:
+    """Double DQN: y = r + discount * Q'(s', argmax_g Q(s', g)); Q values (B, 3), the rest (B,)."""
+    best = q_next.argmax(-1, keepdim=True)
+    return reward + discount * q_next_target.gather(-1, best).squeeze(-1)
+
+
 class SAC:
     """Holds the networks and optimisers; ``update`` does one critic step (and maybe an actor step)."""
 
     def __init__(self, policy: GaussianChunkPolicy, config: SACConfig, seed: int = 0) -> None:
         self.cfg = config
         self.actor = policy
-        act_dim = policy.horizon * policy.action_dim
+        act_dim = policy.horizon * policy.continuous_dim  # a discrete gripper has its own Q-head
         # the critics read the policy's features: its fixed state normaliser and, with cameras, its image
         # encoder, which the critic loss trains (the actor sees the features with stop-gradient)
         self.critic = EnsembleCritic(policy.feature_dim, act_dim, config.num_critics, config.critic_hidden_dims)
@@ -123,11 +133,15 @@ class SAC:
         self.log_alpha = torch.tensor(math.log(config.init_temperature), requires_grad=True)
         self.target_entropy = -act_dim / 2
         encoder = list(policy.encoder.parameters()) if policy.encoder is not None else []
-        actor_params = [p for n, p in policy.named_parameters() if not n.startswith("encoder.")]
+        actor_params = [p for n, p in policy.named_parameters() if not n.startswith(("encoder.", "gripper_q."))]
         self.actor_opt = torch.optim.Adam(actor_params, lr=config.actor_lr, fused=True)
         self.critic_opt = torch.optim.Adam([*self.critic.parameters(), *encoder], lr=config.critic_lr, fused=True)
         self.shift_pad = config.image_shift_pad
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=config.temperature_lr)
+        self.gripper_target = self.gripper_opt = None
+        if policy.gripper_q is not None:
+            self.gripper_target = copy.deepcopy(policy.gripper_q).requires_grad_(False)
+            self.gripper_opt = torch.optim.Adam(policy.gripper_q.parameters(), lr=config.critic_lr)
         self.generator = torch.Generator().manual_seed(seed)
         self.num_updates = 0
         self._last_actor_metrics: dict[str, float] = {}
@@ -168,6 +182,24 @@ class SAC:
         subset = torch.randperm(self.cfg.num_critics, generator=self.generator)[: self.cfg.critic_subset]
         return reward + discount * (target_q[subset].min(dim=0).values - alpha * next_log_prob)
 
+    def gripper_update(self, feat: torch.Tensor, next_feat: torch.Tensor, gripper: torch.Tensor,
+                       reward: torch.Tensor, discount: torch.Tensor) -> float:
+        """Double DQN on the discrete gripper: y = r + discount * Q'(s', argmax_g Q(s', g)); MSE on Q(s, g_taken).
+        ``gripper`` (B,) the normalised command taken; features are detached (the encoder learns from the
+        continuous critic)."""
+        q_net = self.actor.gripper_q
+        with torch.no_grad():
+            y = gripper_td_target(q_net(next_feat), self.gripper_target(next_feat), reward, discount)
+        q = q_net(feat).gather(-1, gripper_class(gripper).unsqueeze(-1)).squeeze(-1)
+        loss = F.mse_loss(q, y)
+        self.gripper_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.gripper_opt.step()
+        with torch.no_grad():
+            for p, tp in zip(q_net.parameters(), self.gripper_target.parameters()):
+                tp.lerp_(p, self.cfg.tau)
+        return loss.item()
+
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """One update from a batch: obs (B, D) or {"state": (B, D), camera: uint8 (B, H, W, 3)}, action
         (B, H*A) in [-1, 1], reward (B,), discount (B,) = gamma^n or 0 after termination, next_obs like obs."""
@@ -178,7 +210,12 @@ class SAC:
         # --- critic: regress every member onto the min over a random subset of target critics
         feat = self.actor.features(obs)  # with cameras the encoder learns from this loss only
         with torch.no_grad():
-            y = self.td_target(reward, discount, self.actor.features(next_obs), alpha)
+            next_feat = self.actor.features(next_obs)
+            y = self.td_target(reward, discount, next_feat, alpha)
+        gripper_loss = None
+        if self.actor.gripper_q is not None:  # the last action dim is the discrete gripper command
+            gripper_loss = self.gripper_update(feat.detach(), next_feat, action[:, -1], reward, discount)
+            action = action[:, :-1]
         q = self.critic(feat, action)
         critic_loss = ((q - y.unsqueeze(0)) ** 2).mean(dim=1).sum()
         self.critic_opt.zero_grad(set_to_none=True)
@@ -192,6 +229,8 @@ class SAC:
 
         self.num_updates += 1
         metrics = {"critic_loss": critic_loss.item(), "q_mean": q.mean().item()}
+        if gripper_loss is not None:
+            metrics["gripper_loss"] = gripper_loss
 
         # --- actor and temperature, every k critic updates
         if self.num_updates % self.cfg.actor_update_every == 0:
@@ -222,6 +261,8 @@ class SAC:
             "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
             "alpha_opt": self.alpha_opt.state_dict(), "generator": self.generator.get_state(),
             "num_updates": self.num_updates,
+            **({"gripper_target": self.gripper_target.state_dict(), "gripper_opt": self.gripper_opt.state_dict()}
+               if self.gripper_target is not None else {}),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -233,6 +274,9 @@ class SAC:
         self.actor_opt.load_state_dict(state["actor_opt"])
         self.critic_opt.load_state_dict(state["critic_opt"])
         self.alpha_opt.load_state_dict(state["alpha_opt"])
+        if self.gripper_target is not None:
+            self.gripper_target.load_state_dict(state["gripper_target"])
+            self.gripper_opt.load_state_dict(state["gripper_opt"])
         self.generator.set_state(state["generator"])
         self.num_updates = int(state["num_updates"])
 
