@@ -54,8 +54,8 @@ class ChunkingConfig:
     initial_delay: int = 2          # ticks assumed before anything was measured
     margin: int = 0                 # extra ticks of slack when asking
     max_prefix: int = 6             # the most committed actions sent (the policy's max_prefix)
-    execute_horizon: int = 0        # s: ask for the next chunk once s actions of this one ran (0 = all H);
-                                    # latency_aware asks earlier when the delay needs it
+    execute_horizon: int = 0        # s: each chunk runs s actions (0 = all H); sync asks after s actions,
+                                    # latency_aware asks planned-delay ticks before s actions since arrival
     request_timeout: int = 100      # ticks without an answer after which a request is re-sent
     mid_observation_ticks: int = 0  # latency_aware: d_RL, send a mid-inference observation this many ticks
                                     # before the chunk is due (0 = one-stage requests)
@@ -143,6 +143,7 @@ class ChunkExecutor:
         self._in_flight: ChunkRequest | None = None
         self._sent_at = 0
         self._mid_due: int | None = None  # tick to send the in-flight request's mid observation
+        self._arrived = 0                 # tick the newest chunk arrived
         if self.cfg.mid_observation_ticks and not getattr(client, "takes_mid_observation", False):
             raise ValueError(f"chunking.mid_observation_ticks needs a client that takes mid-inference "
                              f"observations (in-process); {type(client).__name__} does not")
@@ -157,7 +158,11 @@ class ChunkExecutor:
             return remaining <= self.horizon - s
         if self.cfg.mode == "naive_async":
             return remaining / self.horizon <= self.cfg.queue_threshold
-        return remaining <= max(self.delay.planned() + self.cfg.margin, self.horizon - s)
+        # latency-aware: each chunk runs s actions from its arrival, so the next one must be asked for
+        # planned ticks before that (for a chunk that starts at its request's tick this is "s actions into
+        # the chunk"; a two-stage chunk starts later, at its mid observation); never let the queue run dry
+        planned = self.delay.planned()
+        return tick - self._arrived >= s - planned or remaining <= planned + self.cfg.margin
 
     def _request(self, tick: int, observation: dict[str, np.ndarray], two_stage: bool = True) -> None:
         planned = self.delay.planned() if self.cfg.mode == "latency_aware" else 0
@@ -189,6 +194,7 @@ class ChunkExecutor:
         if self._in_flight is None or resp.request_id != self._in_flight.request_id:
             return  # an answer to a request given up on: superseded
         self._in_flight, self._mid_due = None, None
+        self._arrived = tick
         delay = tick - resp.tick
         if measure:
             # an answer held back for our own mid observation was computed earlier than it shows: record
