@@ -27,8 +27,11 @@ class ScriptedRunner:
             self.requests.append(r)
             values = (100.0 * r.request_id + np.arange(H)) / 1000.0
             chunk = values[:, None].astype(np.float32)
-            chunk[:r.prefix_len] = r.prefix  # a prefix-conditioned policy agrees with the committed actions
-            out.append(ChunkResponse(r.request_id, r.tick, chunk, policy_version=7, prefix_len=r.prefix_len))
+            # like ChunkPolicyRunner: a two-stage chunk starts at the mid observation's tick
+            k = 0 if r.mid_observation is None else r.mid_tick - r.tick
+            chunk[:r.prefix_len - k] = r.prefix[k:]  # a prefix-conditioned policy agrees with the committed actions
+            out.append(ChunkResponse(r.request_id, r.tick, chunk, policy_version=7, prefix_len=r.prefix_len - k,
+                                     chunk_start=r.tick + k))
         return out
 
 
@@ -247,3 +250,19 @@ def test_two_stage_delay_estimate_comes_down_when_it_was_planned_too_high():
     assert None not in out
     assert ex.delay.planned() == 1
     assert ex.metrics.delays[1] > ex.metrics.delays.get(4, 0)
+
+
+@pytest.mark.parametrize("d_rl", [0, 1])
+def test_each_chunk_runs_s_actions_from_its_arrival(d_rl):
+    """One-stage (d_rl=0): chunk positions d..d+s-1 execute. Two-stage: the chunk starts at the mid
+    observation, d - d_rl ticks later, so positions d_rl..d_rl+s-1 execute (fresher)."""
+    delay, s = 3, 4  # s >= d (one request in flight: a chunk runs at least d actions) and d + s <= H
+    ex, runner = executor("latency_aware", delay, mid_observation_ticks=d_rl, execute_horizon=s)
+    ex.start_episode({"state": np.zeros(3, np.float32)}, 0, SimClock())
+    items = [ex.tick(t, {"state": np.full(3, t, np.float32)}) for t in range(12 * H)]
+    assert None not in items
+    later = items[4 * H:]  # steady state
+    first_executed = d_rl if d_rl else delay
+    assert {it.chunk_index for it in later} == set(range(first_executed, first_executed + s))
+    ticks = [r.tick for r in runner.requests[5:]]
+    assert set(np.diff(ticks)) == {s}
