@@ -8,7 +8,8 @@ thread count, batches prepared in memory beforehand (only the update is timed). 
 (robolearn, lerobot, ...) so machine drift hits both; medians over rounds. Also measured in the same
 run: this CPU's fp32 matmul peak (1024x1024 GEMMs), and from it the compute-bound limit of one update
 taken as 0.6 GFLOP (the issue's estimate for these sizes). Goal ``sac_updates_ratio_vs_lerobot`` >= 4.
-Image SAC is not reported: robolearn's SAC has no image encoder yet.
+Also reported: robolearn's image SAC (one 96x96 camera through the shared CNN encoder, random shift of
+4 pixels, same critics and batch), updates/s.
 """
 
 from __future__ import annotations
@@ -45,6 +46,31 @@ def robolearn_sac():
     env.close()
     algo = SAC(policy, SACConfig(num_critics=2, critic_subset=2, critic_hidden_dims=[256, 256], batch_size=BATCH))
     return algo.update
+
+
+def robolearn_image_sac(size: int = 96):
+    """Image SAC update on in-memory batches: the state plus one uint8 camera, random-shifted per batch."""
+    from robolearn.learner.sac import SAC, SACConfig
+    from robolearn.policies.encoders import random_shift
+    from robolearn.policies.mlp import MLPPolicyConfig, make_policy
+    from robolearn.sim.reach import ReachEnv
+    from robolearn.specs import ArraySpec, ObservationSpec
+
+    env = ReachEnv()
+    obs_spec = ObservationSpec({"state": env.observation_spec.arrays["state"],
+                                "front": ArraySpec((size, size, 3), dtype="uint8")})
+    policy = make_policy(obs_spec, env.action_spec, MLPPolicyConfig(hidden_dims=[256, 256]))
+    env.close()
+    algo = SAC(policy, SACConfig(num_critics=2, critic_subset=2, critic_hidden_dims=[256, 256], batch_size=BATCH))
+    rng = np.random.default_rng(0)
+    frames = torch.from_numpy(rng.integers(0, 256, (BATCH, size, size, 3), dtype=np.uint8))
+
+    def update(b):
+        obs = {"state": b["obs"], "front": random_shift(frames, rng)}
+        next_obs = {"state": b["next_obs"], "front": random_shift(frames, rng)}
+        return algo.update({**b, "obs": obs, "next_obs": next_obs})
+
+    return update
 
 
 def lerobot_sac():
@@ -93,6 +119,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--updates", type=int, default=100)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--image-updates", type=int, default=5)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -106,6 +133,11 @@ def main() -> None:
         rates["lerobot"].append(time_updates(theirs, data))
         print(f"round {r + 1}/{args.rounds}: robolearn {rates['robolearn'][-1]:.1f} updates/s, "
               f"lerobot {rates['lerobot'][-1]:.1f} updates/s", flush=True)
+    image_data = data[:args.image_updates]
+    image_update = robolearn_image_sac()
+    time_updates(image_update, image_data[:1])  # warm-up
+    image_rate = time_updates(image_update, image_data)
+    print(f"robolearn image SAC (96x96 camera, batch {BATCH}): {image_rate:.2f} updates/s", flush=True)
     peak = matmul_peak_gflops()
     med = {k: float(np.median(v)) for k, v in rates.items()}
     ratio = med["robolearn"] / med["lerobot"]
@@ -120,7 +152,8 @@ def main() -> None:
                         updates_per_s={k: [round(x, 2) for x in v] for k, v in rates.items()},
                         median_updates_per_s={k: round(v, 2) for k, v in med.items()},
                         matmul_peak_gflops=round(peak, 1), compute_bound_updates_per_s=round(limit, 1),
-                        fraction_of_compute_bound=round(med["robolearn"] / limit, 3), image_sac_updates_per_s=None,
+                        fraction_of_compute_bound=round(med["robolearn"] / limit, 3),
+                        image_sac_updates_per_s=round(image_rate, 3), image_sac="one 96x96 camera, 4-px random shift",
                         settings={"critics": "2 x 256x256", "actor": "256x256", "batch": BATCH, "state": STATE,
                                   "action": ACTION, "threads": args.threads, "utd": 1})
     print(f"sac_updates_ratio_vs_lerobot = {ratio:.2f} (goal >= 4) -> {path}")
