@@ -36,6 +36,15 @@ def hold_action(env) -> np.ndarray:
     return hold() if hold is not None else np.zeros(env.action_spec.dim, np.float32)
 
 
+def source_fields(source: ActionSource, item, policy_version: int) -> dict:
+    """The transition fields of one step: who acted, and the chunk action (``TimedAction``) it executed if
+    any (a human's step or a stall has none, and carries the actor's current weight version)."""
+    return dict(action_source=source, intervention=source == ActionSource.HUMAN,
+                policy_version=item.policy_version if item else policy_version,
+                chunk_id=item.chunk_id if item else -1, chunk_index=item.chunk_index if item else 0,
+                delay_ticks=item.delay_ticks if item else 0)
+
+
 class TickDriver:
     """Who acts at each tick: the teleop while it intervenes (its action, flagged ``intervention``, source
     HUMAN; the executor's queue is dropped when it takes over), else the chunk executor (a stall holds
@@ -58,17 +67,10 @@ class TickDriver:
             self.executor.interrupt(tick)
         self._driving = driving
         if driving:
-            return reading.action, dict(action_source=ActionSource.HUMAN, intervention=True,
-                                        policy_version=policy_version, chunk_id=-1, chunk_index=0,
-                                        delay_ticks=0), False
+            return reading.action, source_fields(ActionSource.HUMAN, None, policy_version), False
         item = self.executor.tick(tick, obs)
-        if item is None:
-            return hold_action(self.env), dict(action_source=ActionSource.POLICY, intervention=False,
-                                               policy_version=policy_version, chunk_id=-1, chunk_index=0,
-                                               delay_ticks=0), True
-        return item.action, dict(action_source=ActionSource.POLICY, intervention=False,
-                                 policy_version=item.policy_version, chunk_id=item.chunk_id,
-                                 chunk_index=item.chunk_index, delay_ticks=item.delay_ticks), False
+        action = item.action if item is not None else hold_action(self.env)
+        return action, source_fields(ActionSource.POLICY, item, policy_version), item is None
 
     def executed(self, action: np.ndarray) -> None:
         if self.human is not None:

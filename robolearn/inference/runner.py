@@ -50,10 +50,10 @@ class ChunkPolicyRunner:
         lens = np.array([r.prefix_len for r in requests], np.int64)
         extra = {}
         two_stage = [r.mid_observation is not None for r in requests]
+        offsets = [r.mid_tick - r.tick if m else 0 for r, m in zip(requests, two_stage)]  # ticks, 0: one-stage
         if getattr(self.policy, "takes_mid_observation", False):
             mids = [r.mid_observation if r.mid_observation is not None else r.observation for r in requests]
             extra["mid_observations"] = {k: np.stack([m[k] for m in mids]) for k in self.obs_spec.arrays}
-            offsets = [r.mid_tick - r.tick if m else 0 for r, m in zip(requests, two_stage)]
             if any(k > r.prefix_len for k, r in zip(offsets, requests)):
                 raise SpecError("a mid observation taken after the committed prefix ends")
             extra["mid_offsets"] = np.array(offsets, np.int64)
@@ -63,12 +63,6 @@ class ChunkPolicyRunner:
         with torch.no_grad():
             chunks = self.policy.predict_chunk(observations, prefix, lens, explore=self.explore, **extra)
         ms = (time.perf_counter() - t0) * 1e3
-        out = []
-        for i, r in enumerate(requests):
-            if "mid_offsets" in extra and two_stage[i]:  # the chunk starts at the mid observation's tick
-                k = int(extra["mid_offsets"][i])
-                out.append(ChunkResponse(r.request_id, r.tick, chunks[i], self.version, r.prefix_len - k, ms,
-                                         chunk_start=r.tick + k))
-            else:
-                out.append(ChunkResponse(r.request_id, r.tick, chunks[i], self.version, r.prefix_len, ms))
-        return out
+        # a two-stage chunk starts at its mid observation's tick, with the committed actions left from there
+        return [ChunkResponse(r.request_id, r.tick, chunks[i], self.version, r.prefix_len - k, ms,
+                              chunk_start=r.tick + k) for i, (r, k) in enumerate(zip(requests, offsets))]

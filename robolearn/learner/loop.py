@@ -67,7 +67,6 @@ class Learner:
         self.obs_spec, self.action_spec = env.observation_spec, env.action_spec
         env.close()
         self.algo = registry.lookup("algo", cfg.algo.name).factory(self.policy, cfg.algo, cfg.seed)
-        self.horizon = self.policy.horizon
         self.rejects = RejectCounter()
         self.version = 0
         self.weight_sync = DeltaPublisher(cfg.runtime.weights_full_every)
@@ -255,9 +254,12 @@ class Learner:
         """utd * (learnable steps - max(learning_starts, batch_size)). Learnable: every ingested step; with
         ``runtime.learning=sync`` only the steps of ended episodes, so the learner updates only while the
         robot waits at an episode end (strict alternation, the sync baseline)."""
-        a = self.cfg.algo
         steps = self._steps_at_episode_end if self.cfg.runtime.learning == "sync" else self.env_steps
-        return a.utd_ratio * (steps - max(a.learning_starts, a.batch_size))
+        return self.cfg.algo.utd_ratio * (steps - self._learning_start())
+
+    def _learning_start(self) -> int:
+        """Env steps before the first update: ``learning_starts``, and at least one batch."""
+        return max(self.cfg.algo.learning_starts, self.cfg.algo.batch_size)
 
     def _announce_caught_up(self, pub: zmq.Socket) -> None:
         """``runtime.learning=sync``: once every update due for the ingested steps is done, tell the actors
@@ -275,9 +277,8 @@ class Learner:
         """PUB the actor weights: a sparse delta from the previous version when that is smaller
         (``transport.weight_sync``), a full snapshot on heartbeats and every ``runtime.weights_full_every``."""
         cfg = self.cfg.algo
-        # updates start at max(learning_starts, batch_size) steps; actors may run max_steps_ahead beyond
-        start = max(cfg.learning_starts, cfg.batch_size)
-        allowed = start + self.algo.num_updates / cfg.utd_ratio + self.cfg.runtime.max_steps_ahead
+        # actors may run max_steps_ahead beyond the steps the updates done so far have used
+        allowed = self._learning_start() + self.algo.num_updates / cfg.utd_ratio + self.cfg.runtime.max_steps_ahead
         meta = {"version": self.version, "updates": self.algo.num_updates, "env_steps": self.env_steps,
                 "allowed_env_steps": int(allowed), "caught_up": self.algo.num_updates >= self._updates_due()}
         sync_meta, arrays = self.weight_sync.encode(self.version, weights_arrays(self.policy), force_full=full)

@@ -136,7 +136,6 @@ class SAC:
         actor_params = [p for n, p in policy.named_parameters() if not n.startswith(("encoder.", "gripper_q."))]
         self.actor_opt = torch.optim.Adam(actor_params, lr=config.actor_lr, fused=True)
         self.critic_opt = torch.optim.Adam([*self.critic.parameters(), *encoder], lr=config.critic_lr, fused=True)
-        self.shift_pad = config.image_shift_pad
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=config.temperature_lr)
         self.gripper_target = self.gripper_opt = None
         if policy.gripper_q is not None:
@@ -169,7 +168,8 @@ class SAC:
             batch[side] = {"state": state}
             for k in self.actor.encoder.keys:  # uint8 (B, H, W, 3), shifted with the replay generator
                 frames = torch.from_numpy(np.ascontiguousarray(b[f"{side}.{k}"]))
-                batch[side][k] = random_shift(frames, buffer.rng, self.shift_pad) if self.shift_pad else frames
+                pad = self.cfg.image_shift_pad
+                batch[side][k] = random_shift(frames, buffer.rng, pad) if pad else frames
         return batch
 
     @torch.no_grad()
