@@ -85,6 +85,7 @@ def mlp(sizes: list[int]) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 GRIPPER_LEVELS = torch.tensor([-1.0, 0.0, 1.0])  # normalised gripper command per discrete choice
 
 
@@ -117,8 +118,7 @@ class GaussianChunkPolicy(nn.Module):
         self.encoder = ImageEncoder(obs_spec, config.image_feature_dim) if image_keys(obs_spec) else None
         self.feature_dim = self.obs_dim + (self.encoder.out_dim if self.encoder is not None else 0)
         self.trunk = mlp([self.feature_dim, *config.hidden_dims])
-        self.mean = nn.Linear(config.hidden_dims[-1], out)
-        self.log_std = nn.Linear(config.hidden_dims[-1], out)
+        self.gaussian = nn.Linear(config.hidden_dims[-1], 2 * out)  # the mean, then the log std before squashing
         self.gripper_q = mlp([self.feature_dim, *config.hidden_dims, 3]) if config.discrete_gripper else None
 
     def features(self, obs: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
@@ -130,10 +130,10 @@ class GaussianChunkPolicy(nn.Module):
         return feat
 
     def head(self, feat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        h = torch.relu(self.trunk(feat))
-        log_std = torch.tanh(self.log_std(h))
+        """(B, F) features -> the Gaussian's mean and log std, each (B, H * A)."""
+        mean, log_std = self.gaussian(torch.relu(self.trunk(feat))).chunk(2, dim=-1)
         lo, hi = self.config.log_std_min, self.config.log_std_max
-        return self.mean(h), lo + 0.5 * (hi - lo) * (log_std + 1)  # soft-clamped log std
+        return mean, lo + 0.5 * (hi - lo) * (torch.tanh(log_std) + 1)  # soft-clamped log std
 
     def forward(self, obs) -> tuple[torch.Tensor, torch.Tensor]:
         return self.head(self.features(obs))
@@ -141,13 +141,12 @@ class GaussianChunkPolicy(nn.Module):
     def sample_features(self, feat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterised sample a = tanh(mu + sigma * eps) (B, H * A) and its log-probability (B,)."""
         mean, log_std = self.head(feat)
-        std = log_std.exp()
-        u = mean + std * torch.randn_like(mean)
-        a = torch.tanh(u)
-        # log N(u; mu, sigma) - sum log(1 - tanh(u)^2), the latter in a stable form
-        log_prob = (-0.5 * ((u - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        log_prob = log_prob - (2 * (math.log(2) - u - nn.functional.softplus(-2 * u))).sum(-1)
-        return a, log_prob
+        eps = torch.randn_like(mean)
+        u = mean + log_std.exp() * eps
+        # log N(u; mu, sigma) = -eps^2 / 2 - log sigma - log(2 pi) / 2, minus log(1 - tanh(u)^2) in a stable form
+        log_prob = (-0.5 * eps.square() - log_std - HALF_LOG_2PI
+                    - 2 * (math.log(2) - u - nn.functional.softplus(-2 * u))).sum(-1)
+        return torch.tanh(u), log_prob
 
     def sample(self, obs) -> tuple[torch.Tensor, torch.Tensor]:
         return self.sample_features(self.features(obs))

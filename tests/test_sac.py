@@ -1,4 +1,5 @@
 import copy
+import math
 
 import torch
 
@@ -46,7 +47,7 @@ def test_target_is_min_over_a_random_subset_of_target_critics():
         a, logp = sac.actor.sample(batch["next_obs"])
         tq = sac.critic_target(sac.actor.features(batch["next_obs"]), a)
     subset = torch.randperm(3, generator=torch.Generator().set_state(gen_state))[:2]
-    alpha = sac.log_alpha.exp().detach()
+    alpha = sac.temperature.alpha
     y = batch["reward"] + batch["discount"] * (tq[subset].min(0).values - alpha * logp)
     expected_loss = ((sac.critic(sac.actor.features(batch["obs"]), batch["action"]) - y) ** 2).mean(1).sum()
     torch.manual_seed(123)
@@ -82,3 +83,23 @@ def test_critic_learns_a_constant_reward():
     for _ in range(200):
         last = sac.update(batch)["critic_loss"]
     assert last < 0.05 * first
+
+
+def test_temperature_steps_like_torch_adam_on_the_alpha_loss():
+    from robolearn.learner.sac import Temperature
+
+    temp = Temperature(init=0.1, target_entropy=-3.0, lr=0.05)
+    log_alpha = torch.tensor(math.log(0.1), dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.Adam([log_alpha], lr=0.05)
+    for mean_log_prob in (2.0, -1.5, 4.0, 0.3, -6.0, 1.0):
+        loss = -(log_alpha * (torch.tensor(mean_log_prob, dtype=torch.float64) - 3.0))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        temp.update(mean_log_prob)
+        assert abs(temp.log_alpha - log_alpha.item()) < 1e-12
+    # entropy above the target (-mean log pi > target_entropy) lowers alpha; below it raises alpha
+    for mean_log_prob, lower in ((-10.0, True), (10.0, False)):
+        fresh = Temperature(init=0.1, target_entropy=-3.0, lr=0.05)
+        fresh.update(mean_log_prob)
+        assert (fresh.alpha < 0.1) == lower

@@ -105,8 +105,42 @@ class EnsembleCritic(nn.Module):
     def forward(self, feat: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         x = torch.cat([feat, action], dim=-1).expand(self.n, -1, -1)
         for layer, w, b in zip(self.layers, self.ln_weight, self.ln_bias):
-            x = F.relu(torch.addcmul(b, F.layer_norm(layer(x), w.shape[-1:]), w))
+            x = torch.addcmul(b, F.layer_norm(layer(x), w.shape[-1:]), w).relu_()
         return self.head(x).squeeze(-1)
+
+
+class Temperature:
+    """alpha = exp(log_alpha), tuned by Adam on L_alpha = -log_alpha * (mean_B log pi + target_entropy).
+
+    The gradient is closed-form, dL_alpha/dlog_alpha = -(mean_B log pi + target_entropy), so the step is
+    scalar arithmetic, the same as ``torch.optim.Adam`` would take (its per-step bookkeeping cost more than
+    the actor step's optimiser)."""
+
+    def __init__(self, init: float, target_entropy: float, lr: float,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+        self.log_alpha, self.target_entropy = math.log(init), target_entropy
+        self.lr, self.betas, self.eps = lr, betas, eps
+        self.m = self.v = 0.0   # Adam's first and second moments
+        self.steps = 0
+
+    @property
+    def alpha(self) -> float:
+        return math.exp(self.log_alpha)
+
+    def update(self, mean_log_prob: float) -> None:
+        grad = -(mean_log_prob + self.target_entropy)
+        (b1, b2), self.steps = self.betas, self.steps + 1
+        self.m = b1 * self.m + (1 - b1) * grad
+        self.v = b2 * self.v + (1 - b2) * grad * grad
+        m_hat, v_hat = self.m / (1 - b1 ** self.steps), self.v / (1 - b2 ** self.steps)
+        self.log_alpha -= self.lr * m_hat / (math.sqrt(v_hat) + self.eps)
+
+    def state_dict(self) -> dict:
+        return {"log_alpha": self.log_alpha, "m": self.m, "v": self.v, "steps": self.steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.log_alpha, self.m, self.v = float(state["log_alpha"]), float(state["m"]), float(state["v"])
+        self.steps = int(state["steps"])
 
 
 def gripper_td_target(q_next: torch.Tensor, q_next_target: torch.Tensor, reward: torch.Tensor,
@@ -114,6 +148,20 @@ def gripper_td_target(q_next: torch.Tensor, q_next_target: torch.Tensor, reward:
     """Double DQN: y = r + discount * Q'(s', argmax_g Q(s', g)); Q values (B, 3), the rest (B,)."""
     best = q_next.argmax(-1, keepdim=True)
     return reward + discount * q_next_target.gather(-1, best).squeeze(-1)
+
+
+def step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: list[torch.Tensor]) -> None:
+    """One optimiser step on ``loss`` for ``params`` only: gradients for nothing else are computed (the critic
+    the actor loss flows through keeps its own), and no ``zero_grad`` pass is needed."""
+    for p, g in zip(params, torch.autograd.grad(loss, params)):
+        p.grad = g
+    optimizer.step()
+
+
+@torch.no_grad()
+def polyak(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """target <- (1 - tau) * target + tau * online, for every parameter in one call."""
+    torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
 
 
 class SAC:
@@ -130,13 +178,13 @@ class SAC:
                                             config.critic_hidden_dims)
         self.critic_target.load_state_dict(self.critic.state_dict())
         self.critic_target.requires_grad_(False)
-        self.log_alpha = torch.tensor(math.log(config.init_temperature), requires_grad=True)
         self.target_entropy = -act_dim / 2
+        self.temperature = Temperature(config.init_temperature, self.target_entropy, config.temperature_lr)
         encoder = list(policy.encoder.parameters()) if policy.encoder is not None else []
-        actor_params = [p for n, p in policy.named_parameters() if not n.startswith(("encoder.", "gripper_q."))]
-        self.actor_opt = torch.optim.Adam(actor_params, lr=config.actor_lr, fused=True)
-        self.critic_opt = torch.optim.Adam([*self.critic.parameters(), *encoder], lr=config.critic_lr, fused=True)
-        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=config.temperature_lr)
+        self._actor_params = [p for n, p in policy.named_parameters() if not n.startswith(("encoder.", "gripper_q."))]
+        self._critic_params = [*self.critic.parameters(), *encoder]
+        self.actor_opt = torch.optim.Adam(self._actor_params, lr=config.actor_lr, fused=True)
+        self.critic_opt = torch.optim.Adam(self._critic_params, lr=config.critic_lr, fused=True)
         self.gripper_target = self.gripper_opt = None
         if policy.gripper_q is not None:
             self.gripper_target = copy.deepcopy(policy.gripper_q).requires_grad_(False)
@@ -174,13 +222,14 @@ class SAC:
 
     @torch.no_grad()
     def td_target(self, reward: torch.Tensor, discount: torch.Tensor, next_feat: torch.Tensor,
-                  alpha: torch.Tensor) -> torch.Tensor:
+                  alpha: float) -> torch.Tensor:
         """y = r + discount * (min over a random subset of target critics Q'(s', a') - alpha log pi(a'|s')), (B,).
         ``next_feat``: the policy's features of s' (B, F)."""
         next_action, next_log_prob = self.actor.sample_features(next_feat)
         target_q = self.critic_target(next_feat, next_action)
-        subset = torch.randperm(self.cfg.num_critics, generator=self.generator)[: self.cfg.critic_subset]
-        return reward + discount * (target_q[subset].min(dim=0).values - alpha * next_log_prob)
+        if self.cfg.critic_subset < self.cfg.num_critics:
+            target_q = target_q[torch.randperm(self.cfg.num_critics, generator=self.generator)[: self.cfg.critic_subset]]
+        return reward + discount * (target_q.min(dim=0).values - alpha * next_log_prob)
 
     def gripper_update(self, feat: torch.Tensor, next_feat: torch.Tensor, gripper: torch.Tensor,
                        reward: torch.Tensor, discount: torch.Tensor) -> float:
@@ -192,12 +241,8 @@ class SAC:
             y = gripper_td_target(q_net(next_feat), self.gripper_target(next_feat), reward, discount)
         q = q_net(feat).gather(-1, gripper_class(gripper).unsqueeze(-1)).squeeze(-1)
         loss = F.mse_loss(q, y)
-        self.gripper_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.gripper_opt.step()
-        with torch.no_grad():
-            for p, tp in zip(q_net.parameters(), self.gripper_target.parameters()):
-                tp.lerp_(p, self.cfg.tau)
+        step(self.gripper_opt, loss, list(q_net.parameters()))
+        polyak(self.gripper_target, q_net, self.cfg.tau)
         return loss.item()
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -205,7 +250,7 @@ class SAC:
         (B, H*A) in [-1, 1], reward (B,), discount (B,) = gamma^n or 0 after termination, next_obs like obs."""
         obs, action, reward, discount, next_obs = (
             batch["obs"], batch["action"], batch["reward"], batch["discount"], batch["next_obs"])
-        alpha = self.log_alpha.exp().detach()
+        alpha = self.temperature.alpha
 
         # --- critic: regress every member onto the min over a random subset of target critics
         feat = self.actor.features(obs)  # with cameras the encoder learns from this loss only
@@ -218,14 +263,8 @@ class SAC:
             action = action[:, :-1]
         q = self.critic(feat, action)
         critic_loss = ((q - y.unsqueeze(0)) ** 2).mean(dim=1).sum()
-        self.critic_opt.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        self.critic_opt.step()
-
-        # --- Polyak averaging of the target critics
-        with torch.no_grad():
-            for p, tp in zip(self.critic.parameters(), self.critic_target.parameters()):
-                tp.lerp_(p, self.cfg.tau)
+        step(self.critic_opt, critic_loss, self._critic_params)
+        polyak(self.critic_target, self.critic, self.cfg.tau)
 
         self.num_updates += 1
         metrics = {"critic_loss": critic_loss.item(), "q_mean": q.mean().item()}
@@ -236,20 +275,14 @@ class SAC:
         if self.num_updates % self.cfg.actor_update_every == 0:
             feat = feat.detach()  # stop-gradient: the actor loss does not move the encoder
             new_action, log_prob = self.actor.sample_features(feat)
-            self.critic.requires_grad_(False)
             q_pi = self.critic(feat, new_action).mean(dim=0)
-            self.critic.requires_grad_(True)
             actor_loss = (alpha * log_prob - q_pi).mean()
-            self.actor_opt.zero_grad(set_to_none=True)
-            actor_loss.backward()
-            self.actor_opt.step()
+            step(self.actor_opt, actor_loss, self._actor_params)  # the critic only passes gradients through
 
-            alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
-            self.alpha_opt.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            self.alpha_opt.step()
-            self._last_actor_metrics = {"actor_loss": actor_loss.item(), "alpha": self.log_alpha.exp().item(),
-                                        "entropy": -log_prob.mean().item()}
+            mean_log_prob = log_prob.mean().item()
+            self.temperature.update(mean_log_prob)
+            self._last_actor_metrics = {"actor_loss": actor_loss.item(), "alpha": self.temperature.alpha,
+                                        "entropy": -mean_log_prob}
         metrics.update(self._last_actor_metrics)
         return metrics
 
@@ -257,9 +290,9 @@ class SAC:
     def state_dict(self) -> dict:
         return {
             "actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
-            "critic_target": self.critic_target.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
+            "critic_target": self.critic_target.state_dict(), "temperature": self.temperature.state_dict(),
             "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
-            "alpha_opt": self.alpha_opt.state_dict(), "generator": self.generator.get_state(),
+            "generator": self.generator.get_state(),
             "num_updates": self.num_updates,
             **({"gripper_target": self.gripper_target.state_dict(), "gripper_opt": self.gripper_opt.state_dict()}
                if self.gripper_target is not None else {}),
@@ -269,11 +302,9 @@ class SAC:
         self.actor.load_state_dict(state["actor"])
         self.critic.load_state_dict(state["critic"])
         self.critic_target.load_state_dict(state["critic_target"])
-        with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])
+        self.temperature.load_state_dict(state["temperature"])
         self.actor_opt.load_state_dict(state["actor_opt"])
         self.critic_opt.load_state_dict(state["critic_opt"])
-        self.alpha_opt.load_state_dict(state["alpha_opt"])
         if self.gripper_target is not None:
             self.gripper_target.load_state_dict(state["gripper_target"])
             self.gripper_opt.load_state_dict(state["gripper_opt"])
