@@ -227,8 +227,9 @@ class SAC:
         ``next_feat``: the policy's features of s' (B, F)."""
         next_action, next_log_prob = self.actor.sample_features(next_feat)
         target_q = self.critic_target(next_feat, next_action)
-        if self.cfg.critic_subset < self.cfg.num_critics:
-            target_q = target_q[torch.randperm(self.cfg.num_critics, generator=self.generator)[: self.cfg.critic_subset]]
+        n, k = self.cfg.num_critics, self.cfg.critic_subset
+        if k < n:  # a subset of all n is all of them: no draw
+            target_q = target_q[torch.randperm(n, generator=self.generator)[:k]]
         return reward + discount * (target_q.min(dim=0).values - alpha * next_log_prob)
 
     def gripper_update(self, feat: torch.Tensor, next_feat: torch.Tensor, gripper: torch.Tensor,
