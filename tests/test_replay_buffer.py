@@ -122,3 +122,27 @@ def test_partition_mix_age_weights_and_success_filter(tmp_path):
     assert eps == {0, 2, 4, 6, 8, 200} and good["episode_success"].all()
     returned = buf.sample(2000, min_return=1.0)  # Hi-ORS acceptance: every episode but the 0-return one
     assert set(returned["obs.state"][:, 0].astype(int).tolist()) == set(range(10)) | {200}
+
+
+def test_return_filter_follows_new_episodes_interleaved_robots_and_ring_eviction(tmp_path):
+    """The return filter's cached candidates must never serve a stale answer: a newly ended episode joins,
+    steps of another robot interleaved in the same gid range stay out, and overwritten steps are not drawn."""
+    buf = _buf(tmp_path, capacity=64, seed=1)
+    buf.add("a", batch(0, 0, 10))                            # gids 0-9
+    buf.add("b", batch(1, 0, 10, reward=0.0))                # gids 10-19, inside episode 0's gid range
+    buf.add("a", batch(0, 10, 10, end="terminated"))         # gids 20-29
+    buf.add("b", batch(1, 10, 10, end="terminated", reward=0.0))
+    assert set(buf.sample(500, min_return=1.0)["obs.state"][:, 0].astype(int).tolist()) == {0}
+    buf.add("a", batch(2, 0, 20, end="terminated"))          # gids 40-59
+    assert set(buf.sample(500, min_return=1.0)["obs.state"][:, 0].astype(int).tolist()) == {0, 2}
+
+    def drawn_steps_of_episode_0():
+        state = buf.sample(2000, min_return=1.0)["obs.state"]
+        assert set(state[:, 0].astype(int).tolist()) == {0, 2}  # an overwritten slot would show episode 3
+        return set(state[state[:, 0] == 0, 1].astype(int).tolist())
+
+    buf.add("c", batch(3, 0, 10))  # an open episode: no episode ends, but the ring overwrites gids 0-5
+    assert drawn_steps_of_episode_0() == set(range(6, 20))
+    buf.add("c", batch(3, 10, 20))  # gids 0-25 overwritten: episode 0 keeps gids 26-29, its steps 16-19
+    assert drawn_steps_of_episode_0() == set(range(16, 20))
+    buf.check_consistency()

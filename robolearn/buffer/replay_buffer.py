@@ -175,6 +175,11 @@ class ReplayBuffer:
                            for k in self.vec_keys}
         self._final_img: dict[str, list[bytes | None]] = {k: [None] * 1024 for k in self.img_keys}
         self.max_version = 0
+        # episode filters (Hi-ORS): each ended episode's sampleable steps by partition, computed once, and the
+        # last filter's result, valid until another episode ends or the ring overwrites another eighth of itself
+        self._ep_candidates: dict[int, dict[str, np.ndarray]] = {}
+        self._episodes_ended = 0
+        self._filter_cache: tuple[tuple, list[tuple[str, np.ndarray]]] | None = None
         self.rng = np.random.default_rng(seed)
         self.lock = threading.RLock()
         self._seq = 0
@@ -220,6 +225,7 @@ class ReplayBuffer:
             table.cols["truncated"][table.slot(last)] = True
         ep.ended = ep.truncated_by_recovery = True  # its last step has no known next observation
         self._ep_ended[self._episode_index[key]] = True
+        self._episodes_ended += 1
 
     # ============================================================================================
     # adding
@@ -348,6 +354,7 @@ class ReplayBuffer:
             ep.success = bool(d["success"][-1])
             self._ep_success[ep_idx] = ep.success
             self._ep_ended[ep_idx] = True
+            self._episodes_ended += 1
             for k in self.vec_keys:
                 self._final_vec[k][ep_idx] = d[f"{FINAL_OBS_PREFIX}{k}"]
             for k in self.img_keys:
@@ -468,7 +475,8 @@ class ReplayBuffer:
                 raise RuntimeError("no committed episode passes the success/return filter yet")
             sizes = np.array([len(g) for _, g in cands], float)
             counts = self.rng.multinomial(b, sizes / sizes.sum())
-            return [(p, g[self.rng.integers(0, len(g), c)]) for (p, g), c in zip(cands, counts)]
+            return [(p, self._draw_alive(self.tables["demo" if p == "demo" else "online"], g, c))
+                    for (p, g), c in zip(cands, counts)]
         live = {p: self._live(p) for p in PARTITIONS}
         nonempty = [p for p in PARTITIONS if len(live[p])]
         if mix is None and age_decay is None and len(nonempty) == 1:  # the usual case: one partition
@@ -521,25 +529,48 @@ class ReplayBuffer:
 
     def _filtered_gids(self, success_only: bool, min_return: float | None,
                        min_steps: int = 0) -> list[tuple[str, np.ndarray]]:
+        """Sampleable steps of the ended episodes that pass the filter, by partition. Cached: Hi-ORS asks
+        with the same threshold for many batches, and its threshold moves only when an episode ends. The
+        cache may hold a few steps the ring has since overwritten; ``_draw_alive`` skips them."""
+        online = self.tables["online"]
+        evicted_eighths = max(online.n - online.capacity, 0) // max(online.capacity // 8, 1)
+        stamp = (success_only, min_return, min_steps, self._episodes_ended, evicted_eighths)
+        if self._filter_cache is not None and self._filter_cache[0] == stamp:
+            return self._filter_cache[1]
         by_part: dict[str, list[np.ndarray]] = {p: [] for p in PARTITIONS}
-        for ep in self.episodes.values():
+        for idx, ep in self.episodes.items():
             if not ep.ended or (success_only and not ep.success) or (min_return is not None and ep.ret < min_return):
                 continue
             if ep.n_steps < min_steps:
                 continue
             table = self.tables[ep.table]
-            gids = np.arange(ep.first_gid, ep.last_gid + 1)
-            gids = gids[table.alive(gids)]
-            gids = gids[table.cols["episode_key"][table.slot(gids)] == self._episode_index[
-                (ep.robot_id, ep.episode_id, ep.partition)]]
-            gids = gids[table.cols["has_next"][table.slot(gids)]]
-            for p in (("demo",) if ep.table == "demo" else ("online", "intervention")):
-                if p == "demo":
-                    by_part[p].append(gids)
-                else:
-                    flag = table.cols["intervention"][table.slot(gids)]
-                    by_part[p].append(gids[flag == (p == "intervention")])
-        return [(p, np.concatenate(v)) for p, v in by_part.items() if v and sum(len(x) for x in v)]
+            if not table.alive(np.array([ep.last_gid]))[0]:
+                self._ep_candidates.pop(idx, None)  # wholly overwritten
+                continue
+            if idx not in self._ep_candidates:
+                self._ep_candidates[idx] = self._episode_candidates(idx, ep, table)
+            for p, gids in self._ep_candidates[idx].items():
+                by_part[p].append(gids)
+        result = [(p, np.concatenate(v)) for p, v in by_part.items() if v and sum(len(x) for x in v)]
+        self._filter_cache = (stamp, result)
+        return result
+
+    @staticmethod
+    def _episode_gids(idx: int, ep: Episode, table: StepTable) -> np.ndarray:
+        """The gids of episode ``idx`` still in its table, in order. They span [first_gid, last_gid], which
+        may interleave with other robots' episodes."""
+        gids = np.arange(ep.first_gid, ep.last_gid + 1)
+        gids = gids[table.alive(gids)]
+        return gids[table.cols["episode_key"][table.slot(gids)] == idx]
+
+    def _episode_candidates(self, idx: int, ep: Episode, table: StepTable) -> dict[str, np.ndarray]:
+        """An ended episode's sampleable steps (those with a next observation), by partition."""
+        gids = self._episode_gids(idx, ep, table)
+        gids = gids[table.cols["has_next"][table.slot(gids)]]
+        if ep.table == "demo":
+            return {"demo": gids}
+        flag = table.cols["intervention"][table.slot(gids)]
+        return {"online": gids[~flag], "intervention": gids[flag]}
 
     def _gather(self, table: StepTable, start: np.ndarray, part_codes: np.ndarray | None, horizon: int,
                 n_step: int, gamma: float) -> dict:
@@ -645,9 +676,7 @@ class ReplayBuffer:
             if not ep.ended or (successes_only and not ep.success):
                 continue
             table = self.tables[ep.table]
-            gids = np.arange(ep.first_gid, ep.last_gid + 1)
-            gids = gids[table.alive(gids)]
-            gids = gids[table.cols["episode_key"][table.slot(gids)] == idx]
+            gids = self._episode_gids(idx, ep, table)
             if len(gids) != ep.n_steps:
                 continue  # partly evicted
             s = table.slot(gids)
@@ -683,9 +712,7 @@ class ReplayBuffer:
         """Raise AssertionError if the in-RAM index disagrees with itself (used by the fault tests)."""
         for idx, ep in self.episodes.items():
             table = self.tables[ep.table]
-            gids = np.arange(ep.first_gid, ep.last_gid + 1)
-            gids = gids[table.alive(gids)]
-            mine = gids[table.cols["episode_key"][table.slot(gids)] == idx]
+            mine = self._episode_gids(idx, ep, table)
             steps = table.cols["step"][table.slot(mine)]
             assert np.all(np.diff(steps) == 1), f"episode {ep.episode_id}: steps not consecutive"
             nxt = table.cols["next_gid"][table.slot(mine[:-1])]
