@@ -12,6 +12,10 @@ online with the scripted human.
    samples from the buffer: ``algo.sample_batch`` / ``algo.update``, the learner's own calls).
 3. Start and end success are measured on the same 100 seeded evaluation episodes (no human).
 
+A control arm runs the same loop with plain behaviour cloning on the human's data only (demos and
+intervention windows, weight 1: HG-DAgger), so the report shows how much of each gain is the weighting
+and how much is simply more expert data.
+
 Goals ``habc_success_gain`` and ``hiors_success_gain`` (end - start success) > 0.
 """
 
@@ -36,6 +40,7 @@ from robolearn.clock import SimClock  # noqa: E402
 from robolearn.inference.client import SimulatedLatencyClient  # noqa: E402
 from robolearn.inference.runner import ChunkPolicyRunner  # noqa: E402
 from robolearn.learner.bc import expert_demos, train_bc  # noqa: E402
+from robolearn.learner.chunk_batch import sample_chunk_windows  # noqa: E402
 from robolearn.learner.habc import HABC, HABCConfig  # noqa: E402
 from robolearn.learner.hiors import HiORS, HiORSConfig  # noqa: E402
 from robolearn.policies.flow_chunk import FlowChunkPolicy, FlowChunkPolicyConfig  # noqa: E402
@@ -78,6 +83,33 @@ def record_demos(env, buffer: ReplayBuffer, n: int) -> None:
                        chunk_index=0, delay_ticks=0)
             obs, step = nxt, step + 1
         buffer.add("expert", writer.flush(final_obs=obs), partition="demo")
+
+
+class HumanDataBC:
+    """The control arm (HG-DAgger): flow-matching BC on windows that start on a demo or intervention step,
+    drawn in proportion to their counts, every window weight 1; the robot's own steps are never imitated."""
+
+    def __init__(self, policy: FlowChunkPolicy, batch_size: int = 256, lr: float = 3e-4) -> None:
+        self.actor, self.batch_size = policy, batch_size
+        self.actor_opt = torch.optim.Adam(policy.parameters(), lr=lr)
+
+    def sample_batch(self, buffer: ReplayBuffer, action_spec) -> dict[str, torch.Tensor]:
+        sizes = buffer.partition_sizes()
+        return sample_chunk_windows(buffer, action_spec, self.batch_size, self.actor.horizon,
+                                    mix={"demo": sizes["demo"], "intervention": sizes["intervention"]})
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        self.actor.train()
+        loss = self.actor.loss(batch["obs"], batch["actions"], valid=batch["valid"]).mean()
+        self.actor_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.actor_opt.step()
+        self.actor.eval()
+        return {"actor_loss": loss.item()}
+
+
+ARMS = {"habc": lambda p: HABC(p, HABCConfig()), "hiors": lambda p: HiORS(p, HiORSConfig()),
+        "human_data_bc": HumanDataBC}
 
 
 def improve(name: str, algo, env, buffer: ReplayBuffer, args) -> dict:
@@ -135,7 +167,7 @@ def main() -> None:
           f"over {args.eval_episodes} episodes", flush=True)
 
     results = {}
-    for name, make in (("habc", lambda p: HABC(p, HABCConfig())), ("hiors", lambda p: HiORS(p, HiORSConfig()))):
+    for name, make in ARMS.items():
         with tempfile.TemporaryDirectory() as tmp:
             buffer = ReplayBuffer(Path(tmp) / name, env.observation_spec, env.action_spec, fsync="off")
             record_demos(env, buffer, args.demos)
@@ -150,12 +182,17 @@ def main() -> None:
     env.close()
     goals = [goal("habc_success_gain", results["habc"]["gain"], ">", 0.0),
              goal("hiors_success_gain", results["hiors"]["gain"], ">", 0.0)]
+    control = results["human_data_bc"]["end_success"]
     path = write_result("hil", "make bench-hil", goals, task="pick_cube", eval_episodes=args.eval_episodes,
                         eval_seeds=f"{EVAL_SEED}..{EVAL_SEED + args.eval_episodes - 1}",
                         bc={"demos": args.demos, "steps": args.bc_steps, "minutes": round(bc_minutes, 2),
                             "start_success": start},
-                        settings=vars(args) | {"chunk_horizon": H, "execute_horizon": EXECUTE}, results=results)
-    print(f"\nhabc_success_gain = {results['habc']['gain']}, hiors_success_gain = {results['hiors']['gain']} -> {path}")
+                        settings=vars(args) | {"chunk_horizon": H, "execute_horizon": EXECUTE}, results=results,
+                        end_success_over_control={k: round(results[k]["end_success"] - control, 4)
+                                                  for k in ("habc", "hiors")},
+                        control="human_data_bc: BC on demo + intervention windows only, weight 1 (HG-DAgger)")
+    print(f"\nhabc_success_gain = {results['habc']['gain']}, hiors_success_gain = {results['hiors']['gain']}; "
+          f"control (BC on the human's data) ended at {control:.2f} -> {path}")
 
 
 if __name__ == "__main__":
