@@ -2,6 +2,7 @@
 online with the scripted human.
 
     make bench-hil        (python benchmarks/hil.py [--demos 20] [--rounds 8] [--episodes-per-round 10])
+    python benchmarks/hil.py --takeover-ticks 8 --max-takeovers 1    (a gentler human -> hil_takeover8x1.json)
 
 1. The scripted expert records ``--demos`` seeded pick_cube episodes; a flow-matching chunk policy
    (H = 10, execute 5 per chunk) is behaviour-cloned on them (``learner.bc``). This is the start.
@@ -45,7 +46,7 @@ from robolearn.learner.habc import HABC, HABCConfig  # noqa: E402
 from robolearn.learner.hiors import HiORS, HiORSConfig  # noqa: E402
 from robolearn.policies.flow_chunk import FlowChunkPolicy, FlowChunkPolicyConfig  # noqa: E402
 from robolearn.sim.cube_tasks import PickCubeEnv  # noqa: E402
-from robolearn.sim.intervention import ScriptedHuman  # noqa: E402
+from robolearn.sim.intervention import ScriptedHuman, ScriptedHumanConfig  # noqa: E402
 from robolearn.transition import ActionSource, TransitionWriter  # noqa: E402
 
 H, EXECUTE = 10, 5
@@ -113,7 +114,8 @@ ARMS = {"habc": lambda p: HABC(p, HABCConfig()), "hiors": lambda p: HiORS(p, HiO
 
 
 def improve(name: str, algo, env, buffer: ReplayBuffer, args) -> dict:
-    human = ScriptedHuman(env)
+    human = ScriptedHuman(env, ScriptedHumanConfig(takeover_ticks=args.takeover_ticks,
+                                                   max_takeovers=args.max_takeovers))
     executor, clock = executor_for(algo.actor, env)
     tick, steps, updates, human_ticks, log = 0, 0, 0, 0, []
     t0 = time.perf_counter()
@@ -152,6 +154,8 @@ def main() -> None:
     ap.add_argument("--episodes-per-round", type=int, default=10)
     ap.add_argument("--utd", type=float, default=1.0)
     ap.add_argument("--eval-episodes", type=int, default=100)
+    ap.add_argument("--takeover-ticks", type=int, default=ScriptedHumanConfig.takeover_ticks)
+    ap.add_argument("--max-takeovers", type=int, default=ScriptedHumanConfig.max_takeovers)
     args = ap.parse_args()
     torch.set_num_threads(2)
     torch.manual_seed(0)
@@ -183,7 +187,13 @@ def main() -> None:
     goals = [goal("habc_success_gain", results["habc"]["gain"], ">", 0.0),
              goal("hiors_success_gain", results["hiors"]["gain"], ">", 0.0)]
     control = results["human_data_bc"]["end_success"]
-    path = write_result("hil", "make bench-hil", goals, task="pick_cube", eval_episodes=args.eval_episodes,
+    defaults = vars(ap.parse_args([]))
+    changed = {k: v for k, v in vars(args).items() if v != defaults[k]}
+    command = "make bench-hil" if not changed else "python benchmarks/hil.py " + " ".join(
+        f"--{k.replace('_', '-')} {v}" for k, v in changed.items())
+    gentler = {"takeover_ticks", "max_takeovers"} & set(changed)
+    name = f"hil_takeover{args.takeover_ticks}x{args.max_takeovers}" if gentler else "hil"
+    path = write_result(name, command, goals, task="pick_cube", eval_episodes=args.eval_episodes,
                         eval_seeds=f"{EVAL_SEED}..{EVAL_SEED + args.eval_episodes - 1}",
                         bc={"demos": args.demos, "steps": args.bc_steps, "minutes": round(bc_minutes, 2),
                             "start_success": start},
