@@ -146,3 +146,14 @@ def test_return_filter_follows_new_episodes_interleaved_robots_and_ring_eviction
     buf.add("c", batch(3, 10, 20))  # gids 0-25 overwritten: episode 0 keeps gids 26-29, its steps 16-19
     assert drawn_steps_of_episode_0() == set(range(16, 20))
     buf.check_consistency()
+
+
+def test_return_filter_never_returns_a_short_batch_when_its_cached_episodes_were_overwritten(tmp_path):
+    buf = _buf(tmp_path, capacity=64, seed=2)
+    buf.add("a", batch(0, 0, 3, end="terminated"))           # gids 0-2, the only episode that passes
+    for ep in range(1, 62):
+        buf.add("a", batch(ep, 0, 1, end="terminated", reward=0.0))  # gids 3-63
+    assert len(buf.sample(64, min_return=1.0)["obs.state"]) == 64
+    buf.add("b", batch(100, 0, 3))  # overwrites gids 0-2 while still in the same eighth of the ring
+    with pytest.raises(RuntimeError, match="passes the success/return filter"):
+        buf.sample(64, min_return=1.0)

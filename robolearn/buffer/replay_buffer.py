@@ -469,14 +469,17 @@ class ReplayBuffer:
 
     def _pick(self, b, mix, age_decay, age_uniform, current_version, success_only, min_return, min_steps=0):
         if success_only or min_return is not None or min_steps:
-            cands = self._filtered_gids(success_only, min_return, min_steps)
-            total = sum(len(g) for _, g in cands)
-            if total == 0:
-                raise RuntimeError("no committed episode passes the success/return filter yet")
-            sizes = np.array([len(g) for _, g in cands], float)
-            counts = self.rng.multinomial(b, sizes / sizes.sum())
-            return [(p, self._draw_alive(self.tables["demo" if p == "demo" else "online"], g, c))
-                    for (p, g), c in zip(cands, counts)]
+            for refresh in (False, True):
+                cands = self._filtered_gids(success_only, min_return, min_steps, refresh)
+                if not sum(len(g) for _, g in cands):
+                    raise RuntimeError("no committed episode passes the success/return filter yet")
+                sizes = np.array([len(g) for _, g in cands], float)
+                counts = self.rng.multinomial(b, sizes / sizes.sum())
+                picks = [(p, self._draw_alive(self.tables["demo" if p == "demo" else "online"], g, c))
+                         for (p, g), c in zip(cands, counts)]
+                if sum(len(g) for _, g in picks) == b:
+                    break  # else most cached steps were overwritten since: recompute once
+            return picks
         live = {p: self._live(p) for p in PARTITIONS}
         nonempty = [p for p in PARTITIONS if len(live[p])]
         if mix is None and age_decay is None and len(nonempty) == 1:  # the usual case: one partition
@@ -527,15 +530,15 @@ class ReplayBuffer:
             drawn[dead] = gids[self.rng.integers(0, len(gids), int(dead.sum()))]
         return drawn[table.alive(drawn)]
 
-    def _filtered_gids(self, success_only: bool, min_return: float | None,
-                       min_steps: int = 0) -> list[tuple[str, np.ndarray]]:
+    def _filtered_gids(self, success_only: bool, min_return: float | None, min_steps: int = 0,
+                       refresh: bool = False) -> list[tuple[str, np.ndarray]]:
         """Sampleable steps of the ended episodes that pass the filter, by partition. Cached: Hi-ORS asks
         with the same threshold for many batches, and its threshold moves only when an episode ends. The
         cache may hold a few steps the ring has since overwritten; ``_draw_alive`` skips them."""
         online = self.tables["online"]
         evicted_eighths = max(online.n - online.capacity, 0) // max(online.capacity // 8, 1)
         stamp = (success_only, min_return, min_steps, self._episodes_ended, evicted_eighths)
-        if self._filter_cache is not None and self._filter_cache[0] == stamp:
+        if not refresh and self._filter_cache is not None and self._filter_cache[0] == stamp:
             return self._filter_cache[1]
         by_part: dict[str, list[np.ndarray]] = {p: [] for p in PARTITIONS}
         for idx, ep in self.episodes.items():
