@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import goal, write_result  # noqa: E402
+from common import goal, run_command, write_result  # noqa: E402
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -291,7 +291,7 @@ def main() -> None:
     print(f"{'KB per image transition':34}{mem['lerobot'] / 1024:12.1f}{mem['robolearn'] / 1024:12.1f}"
           f"{memory_ratio:8.3f}")
 
-    command = "make bench-buffer" + (" ARGS=--quick" if args.quick else "")
+    command = run_command(ap, args, "bench-buffer", "buffer.py")
     path = write_result(
         "buffer", command,
         [goal("append_ratio_vs_lerobot", round(append_ratio, 3), ">=", 1),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -29,6 +30,24 @@ def goal(name: str, value: float | None, op: str, target: float) -> dict:
         raise ValueError(f"goal operator must be one of {sorted(checks)}, got {op!r}")
     met = checks[op]
     return {"name": name, "value": value, "target": f"{op} {target}", "met": bool(met)}
+
+
+def run_command(ap: argparse.ArgumentParser, args: argparse.Namespace, make_target: str, script: str) -> str:
+    """The command that repeats this run, for its results file: ``make <make_target>`` when every option
+    has its default, else ``python benchmarks/<script>`` with the options that differ."""
+    defaults = vars(ap.parse_args([]))
+    options = []
+    for key, value in vars(args).items():
+        if value == defaults[key]:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):  # store_true options
+            options.append(flag)
+        elif isinstance(value, list):
+            options.append(" ".join([flag, *map(str, value)]))
+        else:
+            options.append(f"{flag} {value}")
+    return f"python benchmarks/{script} {' '.join(options)}" if options else f"make {make_target}"
 
 
 def write_result(name: str, command: str, goals: list[dict], **details) -> Path:

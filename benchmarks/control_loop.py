@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import goal, write_result  # noqa: E402
+from common import goal, run_command, write_result  # noqa: E402
 
 from robolearn.actor.chunk_loop import hold_action  # noqa: E402
 from robolearn.actor.chunking import ChunkExecutor, ChunkingConfig  # noqa: E402
@@ -108,7 +108,7 @@ def main() -> None:
         print(f"{r['mode']:>14} {r['stalled_ticks']:>8} {r['p50_period_error_ms']:>11.3f} "
               f"{r['p99_period_error_ms']:>11.3f} {r['max_period_error_ms']:>11.3f} {r['chunk_utilisation']:>6.2f}")
     la = results[0]
-    command = "make bench-control-loop" + ("" if args.ticks == 10_000 else f" (--ticks {args.ticks})")
+    command = run_command(ap, args, "bench-control-loop", "control_loop.py")
     path = write_result(
         "control_loop", command,
         [goal("stalled_ticks", la["stalled_ticks"], "<=", 0),

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import goal, write_result  # noqa: E402
+from common import goal, run_command, write_result  # noqa: E402
 
 from robolearn.actor.chunk_loop import run_chunked_episode  # noqa: E402
 from robolearn.actor.chunking import ChunkExecutor, ChunkingConfig  # noqa: E402
@@ -109,7 +109,7 @@ def main() -> None:
     for m in MODES:
         print(f"{m:>24} " + " ".join(f"{success[(m, d)]:>7.3f}" for d in DELAYS)
               + f" {'-' if ratio[m] is None else round(ratio[m], 3):>7}")
-    command = "make bench-delay-sweep" + ("" if args.episodes == 200 else f" (--episodes {args.episodes})")
+    command = run_command(ap, args, "bench-delay-sweep", "delay_sweep.py")
     goals = [goal("latency_aware_success_ratio_d4", ratio["latency_aware"], ">=", 0.95)]
     path = write_result("delay_sweep", command, goals,
                         task="push_cube", ratios_d4_over_d0=ratio, results=rows, bc=bc,

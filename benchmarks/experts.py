@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import goal, write_result  # noqa: E402
+from common import goal, run_command, write_result  # noqa: E402
 
 from robolearn.registry import lookup  # noqa: E402
 
@@ -47,7 +47,7 @@ def main() -> None:
     for r in results:
         print(f"{r['task']:>16} {r['success_rate']:8.0%} {r['mean_steps']:11.1f}")
     worst = min(r["success_rate"] for r in results)
-    command = "make bench-experts" + ("" if args.episodes == 100 else f" (--episodes {args.episodes})")
+    command = run_command(ap, args, "bench-experts", "experts.py")
     path = write_result("experts", command, [goal("min_expert_success", worst, ">=", 0.95)], tasks=results,
                         note="seeded episodes 0..N-1 of each task with a scripted expert")
     print(f"min_expert_success = {worst:.2f} (goal >= 0.95) -> {path}")

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import goal, write_result  # noqa: E402
+from common import goal, run_command, write_result  # noqa: E402
 
 from robolearn.actor.chunk_loop import run_chunked_episode  # noqa: E402
 from robolearn.actor.chunking import ChunkExecutor, ChunkingConfig  # noqa: E402
@@ -187,11 +187,9 @@ def main() -> None:
     goals = [goal("habc_success_gain", results["habc"]["gain"], ">", 0.0),
              goal("hiors_success_gain", results["hiors"]["gain"], ">", 0.0)]
     control = results["human_data_bc"]["end_success"]
-    defaults = vars(ap.parse_args([]))
-    changed = {k: v for k, v in vars(args).items() if v != defaults[k]}
-    command = "make bench-hil" if not changed else "python benchmarks/hil.py " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in changed.items())
-    gentler = {"takeover_ticks", "max_takeovers"} & set(changed)
+    command = run_command(ap, args, "bench-hil", "hil.py")
+    default_human = (ScriptedHumanConfig.takeover_ticks, ScriptedHumanConfig.max_takeovers)
+    gentler = (args.takeover_ticks, args.max_takeovers) != default_human
     name = f"hil_takeover{args.takeover_ticks}x{args.max_takeovers}" if gentler else "hil"
     path = write_result(name, command, goals, task="pick_cube", eval_episodes=args.eval_episodes,
                         eval_seeds=f"{EVAL_SEED}..{EVAL_SEED + args.eval_episodes - 1}",

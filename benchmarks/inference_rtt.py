@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import goal, write_result  # noqa: E402
+from common import goal, run_command, write_result  # noqa: E402
 
 H, STATE, IMAGE = 10, 6, (96, 96, 3)
 JOINTS = [f"joint_{i}.pos" for i in range(STATE)]
@@ -228,9 +228,7 @@ def main() -> None:
     for name, s in (("robolearn", a), ("lerobot", b)):
         print(f"{name:>10} {s['median_ms']:>10.2f} {s['p99_ms']:>8.2f} {s['min_ms']:>7.2f} {s['max_ms']:>7.2f}")
     print(f"ratio (median) {ratio:.3f}, p99 ratio {a['p99_ms'] / b['p99_ms']:.3f}")
-    command = "make bench-inference-rtt"
-    if (args.rounds, args.per_round) != (6, 30):
-        command += f" (--rounds {args.rounds} --per-round {args.per_round})"
+    command = run_command(ap, args, "bench-inference-rtt", "inference_rtt.py")
     path = write_result("inference_rtt", command, [goal("rtt_ratio_vs_lerobot", round(ratio, 4), "<=", 0.5)],
                         robolearn=a, lerobot=b, p99_ratio=round(a["p99_ms"] / b["p99_ms"], 4),
                         settings={"policy": "ACT dim 64, 1+1 layers, chunk 10, random resnet18 (11.3M params)",

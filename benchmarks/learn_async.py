@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import goal, run_until_success, write_result  # noqa: E402
+from common import goal, run_command, run_until_success, write_result  # noqa: E402
 
 
 def main() -> None:
@@ -55,10 +55,7 @@ def main() -> None:
     a, s = runs["async"]["reached"], runs["sync"]["reached"]
     ratio = round(a["minutes"] / s["minutes"], 3) if a and s else None
     steps_ratio = round(a["env_steps"] / s["env_steps"], 3) if a and s else None
-    command = "make bench-learn-async"
-    if (args.hz, args.target, args.seed, args.task, args.cap_minutes) != (50.0, 0.8, 0, "reach", 15.0):
-        command = (f"python benchmarks/learn_async.py --task {args.task} --hz {args.hz} --target {args.target} "
-                   f"--seed {args.seed} --cap-minutes {args.cap_minutes}")
+    command = run_command(ap, args, "bench-learn-async", "learn_async.py")
     name = "learn_async" if args.task == "reach" else f"learn_async_{args.task}"
     path = write_result(name, command, [goal("async_over_sync_time_ratio", ratio, "<=", 0.6)],
                         task=args.task, cap_minutes=args.cap_minutes, control_hz=args.hz, target_success=args.target,

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import goal, run_until_success, write_result  # noqa: E402
+from common import goal, run_command, run_until_success, write_result  # noqa: E402
 
 GOAL_MINUTES = 5.0
 
@@ -42,9 +42,7 @@ def main() -> None:
     minutes = [r["reached_90pct"]["minutes"] if r["reached_90pct"] else None for r in runs]
     value = statistics.median(m if m is not None else float("inf") for m in minutes)
     value = None if value == float("inf") else round(value, 2)
-    command = "make bench-reach"
-    if args.seeds != [0]:
-        command = f"python benchmarks/learn_reach.py --seeds {' '.join(map(str, args.seeds))}"
+    command = run_command(ap, args, "bench-reach", "learn_reach.py")
     path = write_result("learn_reach", command, [goal("minutes_to_90pct_reach", value, "<=", GOAL_MINUTES)],
                         seeds=args.seeds, minutes_per_seed=minutes, runs=runs,
                         note="wall-clock from launching `robolearn run task=reach` (process start-up included) "

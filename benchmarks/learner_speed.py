@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import goal, write_result  # noqa: E402
+from common import goal, run_command, write_result  # noqa: E402
 
 STATE, ACTION, BATCH = 18, 6, 256
 GFLOP_PER_UPDATE = 0.6
@@ -145,9 +145,7 @@ def main() -> None:
     print(f"\nmedian updates/s: robolearn {med['robolearn']:.1f}, lerobot {med['lerobot']:.1f}, ratio {ratio:.2f}")
     print(f"fp32 matmul peak {peak:.0f} GFLOP/s -> compute-bound limit ~{limit:.0f} updates/s; "
           f"robolearn reaches {med['robolearn'] / limit:.0%} of it")
-    command = "make bench-learner-speed"
-    if (args.rounds, args.updates, args.threads) != (3, 100, 2):
-        command += f" (--rounds {args.rounds} --updates {args.updates} --threads {args.threads})"
+    command = run_command(ap, args, "bench-learner-speed", "learner_speed.py")
     path = write_result("learner_speed", command, [goal("sac_updates_ratio_vs_lerobot", round(ratio, 3), ">=", 4.0)],
                         updates_per_s={k: [round(x, 2) for x in v] for k, v in rates.items()},
                         median_updates_per_s={k: round(v, 2) for k, v in med.items()},
