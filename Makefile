@@ -65,7 +65,8 @@ bench: bench-reach bench-buffer bench-experts bench-delay-sweep bench-control-lo
 	bench-learner-speed bench-hil bench-learn-async
 
 lint: setup
-	$(VENV)/bin/ruff check robolearn hardware sim policies apps tests benchmarks
+	$(VENV)/bin/ruff check robolearn tests benchmarks
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

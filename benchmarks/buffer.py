@@ -6,7 +6,7 @@ Measured side by side, interleaved (lerobot, robolearn, lerobot, ...), medians o
 - append throughput, transitions/s: state only (reach sizes, 18-d state, 6-d action) and with two
   96x96 RGB cameras (frames rendered by the MuJoCo reach scene). robolearn appends with durability
   on (every batch written to its segment file, batched fsync) in the batches its learner receives
-  (``runtime.send_every`` = 10 steps), alternating blocks with lerobot; the batch-of-1 figure is
+  (``actor.send_every`` = 10 steps), alternating blocks with lerobot; the batch-of-1 figure is
   reported too. lerobot's ``add`` is per transition, in memory, for both its first fill and an
   overwrite pass (the better is compared).
 - sample throughput, batches/s of 256, alternating call by call: robolearn's uniform sampler (images

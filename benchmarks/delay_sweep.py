@@ -32,8 +32,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from common import goal, run_command, write_result  # noqa: E402
 
-from robolearn.actor.chunk_loop import run_chunked_episode  # noqa: E402
 from robolearn.actor.chunking import ChunkExecutor, ChunkingConfig  # noqa: E402
+from robolearn.actor.episode import EpisodeLoop, SeedTorch  # noqa: E402
 from robolearn.clock import DelaySampler, SimClock  # noqa: E402
 from robolearn.inference.client import SimulatedLatencyClient  # noqa: E402
 from robolearn.inference.runner import ChunkPolicyRunner  # noqa: E402
@@ -56,10 +56,11 @@ def evaluate(env, runner, mode: str, delay: int, episodes: int) -> dict:
     cfg = ChunkingConfig(mode=kind, splice=splice, max_prefix=MAX_PREFIX, execute_horizon=EXECUTE,
                          mid_observation_ticks=mid)
     executor = ChunkExecutor(SimulatedLatencyClient(runner, clock), env.action_spec, H, cfg)
-    successes, tick, ticks = 0, 0, 0
+    loop = EpisodeLoop(env, executor, clock, subscribers=[SeedTorch()])  # the actors' episode loop
+    successes, ticks = 0, 0
     for ep in range(episodes):
-        r = run_chunked_episode(env, executor, clock, EVAL_SEED + ep, tick)
-        successes, tick, ticks = successes + r.success, r.end_tick, ticks + r.ticks
+        r = loop.run(seed=EVAL_SEED + ep, episode_id=ep)
+        successes, ticks = successes + r.success, ticks + r.ticks
     m = executor.metrics.summary()
     return {"mode": mode, "delay": delay, "success": successes / episodes, "episodes": episodes,
             "mean_ticks": ticks / episodes, "stalled_ticks": m["stalled_ticks"],

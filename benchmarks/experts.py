@@ -16,6 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import goal, run_command, write_result  # noqa: E402
 
+from robolearn.runtime.builtins import register_builtins  # noqa: E402
 from robolearn.registry import lookup  # noqa: E402
 
 TASKS_WITH_EXPERTS = ["reach", "push_cube", "pick_cube", "pick_cube_color"]
@@ -39,6 +40,7 @@ def run_expert(task: str, episodes: int) -> dict:
 
 
 def main() -> None:
+    register_builtins()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--episodes", type=int, default=100)
     args = ap.parse_args()

@@ -34,8 +34,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from common import goal, run_command, write_result  # noqa: E402
 
-from robolearn.actor.chunk_loop import run_chunked_episode  # noqa: E402
 from robolearn.actor.chunking import ChunkExecutor, ChunkingConfig  # noqa: E402
+from robolearn.actor.episode import EpisodeLoop, SeedTorch  # noqa: E402
+from robolearn.actor.transition_recorder import TransitionRecorder  # noqa: E402
 from robolearn.buffer.replay_buffer import ReplayBuffer  # noqa: E402
 from robolearn.clock import SimClock  # noqa: E402
 from robolearn.inference.client import SimulatedLatencyClient  # noqa: E402
@@ -50,23 +51,23 @@ from robolearn.sim.intervention import ScriptedHuman, ScriptedHumanConfig  # noq
 from robolearn.transition import ActionSource, TransitionWriter  # noqa: E402
 
 H, EXECUTE = 10, 5
+BATCH_SIZE = 256  # learner.batch_size for habc and hiors
 DEMO_SEED, TRAIN_SEED, EVAL_SEED = 200_000, 300_000, 0
 
 
-def executor_for(policy, env) -> tuple[ChunkExecutor, SimClock]:
+def episode_loop(policy, env, human=None, subscribers=(), policy_version=lambda: 0) -> EpisodeLoop:
+    """The actors' episode loop: sync chunks of H, s = EXECUTE executed, inference without delay."""
     clock = SimClock()
     runner = ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim)
     cfg = ChunkingConfig(mode="sync", splice="replace", execute_horizon=EXECUTE, max_prefix=0)
-    return ChunkExecutor(SimulatedLatencyClient(runner, clock), env.action_spec, H, cfg), clock
+    executor = ChunkExecutor(SimulatedLatencyClient(runner, clock), env.action_spec, H, cfg)
+    return EpisodeLoop(env, executor, clock, human, subscribers=[SeedTorch(), *subscribers],
+                       policy_version=policy_version)
 
 
 def evaluate(policy, env, episodes: int) -> float:
-    executor, clock = executor_for(policy, env)
-    tick, wins = 0, 0
-    for ep in range(episodes):
-        r = run_chunked_episode(env, executor, clock, EVAL_SEED + ep, tick)
-        tick, wins = r.end_tick, wins + r.success
-    return wins / episodes
+    loop = episode_loop(policy, env)
+    return sum(loop.run(seed=EVAL_SEED + ep, episode_id=ep).success for ep in range(episodes)) / episodes
 
 
 def record_demos(env, buffer: ReplayBuffer, n: int) -> None:
@@ -90,13 +91,13 @@ class HumanDataBC:
     """The control arm (HG-DAgger): flow-matching BC on windows that start on a demo or intervention step,
     drawn in proportion to their counts, every window weight 1; the robot's own steps are never imitated."""
 
-    def __init__(self, policy: FlowChunkPolicy, batch_size: int = 256, lr: float = 3e-4) -> None:
-        self.actor, self.batch_size = policy, batch_size
+    def __init__(self, policy: FlowChunkPolicy, lr: float = 3e-4) -> None:
+        self.actor = policy
         self.actor_opt = torch.optim.Adam(policy.parameters(), lr=lr)
 
-    def sample_batch(self, buffer: ReplayBuffer, action_spec) -> dict[str, torch.Tensor]:
+    def sample_batch(self, buffer: ReplayBuffer, action_spec, batch_size: int) -> dict[str, torch.Tensor]:
         sizes = buffer.partition_sizes()
-        return sample_chunk_windows(buffer, action_spec, self.batch_size, self.actor.horizon,
+        return sample_chunk_windows(buffer, action_spec, batch_size, self.actor.horizon,
                                     mix={"demo": sizes["demo"], "intervention": sizes["intervention"]})
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -116,26 +117,24 @@ ARMS = {"habc": lambda p: HABC(p, HABCConfig()), "hiors": lambda p: HiORS(p, HiO
 def improve(name: str, algo, env, buffer: ReplayBuffer, args) -> dict:
     human = ScriptedHuman(env, ScriptedHumanConfig(takeover_ticks=args.takeover_ticks,
                                                    max_takeovers=args.max_takeovers))
-    executor, clock = executor_for(algo.actor, env)
-    tick, steps, updates, human_ticks, log = 0, 0, 0, 0, []
+    rnd = 0
+    recorder = TransitionRecorder(env.observation_spec, lambda arrays: buffer.add("robot", arrays))
+    loop = episode_loop(algo.actor, env, human, [recorder], policy_version=lambda: rnd)
+    steps, updates, human_ticks, log = 0, 0, 0, []
     t0 = time.perf_counter()
     for rnd in range(args.rounds):
         wins, rnd_steps = 0, 0
         for k in range(args.episodes_per_round):
             episode_id = rnd * args.episodes_per_round + k
-            writer = TransitionWriter(env.observation_spec)
-            r = run_chunked_episode(env, executor, clock, TRAIN_SEED + episode_id, tick, human=human,
-                                    writer=writer, episode_id=episode_id, policy_version=rnd)
-            buffer.add("robot", writer.flush(final_obs=r.final_obs))
+            r = loop.run(seed=TRAIN_SEED + episode_id, episode_id=episode_id)
             if hasattr(algo, "on_episode"):
                 algo.on_episode(r.episode_return)
-            tick, wins, rnd_steps, human_ticks = r.end_tick, wins + r.success, rnd_steps + r.ticks, \
-                human_ticks + r.intervention_ticks
+            wins, rnd_steps, human_ticks = wins + r.success, rnd_steps + r.ticks, human_ticks + r.intervention_ticks
         steps += rnd_steps
         n_updates = int(args.utd * rnd_steps)
         metrics = {}
         for _ in range(n_updates):
-            metrics = algo.update(algo.sample_batch(buffer, env.action_spec))
+            metrics = algo.update(algo.sample_batch(buffer, env.action_spec, BATCH_SIZE))
         updates += n_updates
         log.append({"round": rnd, "collect_success": wins / args.episodes_per_round, "env_steps": steps,
                     "updates": updates, **{k: round(v, 4) for k, v in metrics.items()}})

@@ -4,12 +4,12 @@
     python benchmarks/learn_async.py --task push_cube --cap-minutes 30    (-> learn_async_push_cube.json)
 
 Both runs are the real ``robolearn run`` (learner and actor processes, zmq, on-disk buffer) with the
-simulated robot paced by a real clock at ``--hz`` ticks per second (``runtime.realtime=true``), as
+simulated robot paced by a real clock at ``--hz`` ticks per second (``actor.realtime=true``), as
 hardware would be, the same SAC settings and the same update-to-data ratio (1):
 
-    async   the robot acts while the learner updates (``runtime.learning=async``)
+    async   the robot acts while the learner updates (``learner.learning=async``)
     sync    at each episode end the robot waits while the learner does the updates due for the steps
-            collected, and the learner does not update while the robot acts (``runtime.learning=sync``)
+            collected, and the learner does not update while the robot acts (``learner.learning=sync``)
 
 Success (last 50 episodes) is followed against env steps and wall clock; each run stops when it first
 reaches ``--target``. Goal ``async_over_sync_time_ratio`` <= 0.6: wall-clock to the target of async over
@@ -37,8 +37,8 @@ def main() -> None:
     ap.add_argument("--cap-minutes", type=float, default=15.0)
     ap.add_argument("--task", default="reach")
     args = ap.parse_args()
-    common = [f"task={args.task}", f"seed={args.seed}", f"robot.control_hz={args.hz}", "runtime.realtime=true",
-              "algo.utd_ratio=1"]
+    common = [f"task={args.task}", f"seed={args.seed}", f"robot.control_hz={args.hz}", "actor.realtime=true",
+              "learner.utd_ratio=1"]
     runs = {}
     with tempfile.TemporaryDirectory() as tmp:
         for mode in ("async", "sync"):
@@ -46,7 +46,7 @@ def main() -> None:
                 print(f"async did not reach {args.target:.0%} within {args.cap_minutes} min: sync skipped", flush=True)
                 runs[mode] = {"reached": None, "skipped": "async did not reach the target within the cap"}
                 continue
-            runs[mode] = run_until_success([*common, f"runtime.learning={mode}"], f"learn-{mode}", Path(tmp),
+            runs[mode] = run_until_success([*common, f"learner.learning={mode}"], f"learn-{mode}", Path(tmp),
                                            args.target, args.cap_minutes, label=mode)
             r = runs[mode]["reached"]
             reached = f"{r['minutes']:.2f} min, {r['env_steps']} env steps" if r else "not reached"

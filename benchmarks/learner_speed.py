@@ -44,7 +44,7 @@ def robolearn_sac():
     env = ReachEnv()
     policy = make_policy(env.observation_spec, env.action_spec, MLPPolicyConfig(hidden_dims=[256, 256]))
     env.close()
-    algo = SAC(policy, SACConfig(num_critics=2, critic_subset=2, critic_hidden_dims=[256, 256], batch_size=BATCH))
+    algo = SAC(policy, SACConfig(num_critics=2, critic_subset=2, critic_hidden_dims=[256, 256]))
     return algo.update
 
 
@@ -61,7 +61,7 @@ def robolearn_image_sac(size: int = 96):
                                 "front": ArraySpec((size, size, 3), dtype="uint8")})
     policy = make_policy(obs_spec, env.action_spec, MLPPolicyConfig(hidden_dims=[256, 256]))
     env.close()
-    algo = SAC(policy, SACConfig(num_critics=2, critic_subset=2, critic_hidden_dims=[256, 256], batch_size=BATCH))
+    algo = SAC(policy, SACConfig(num_critics=2, critic_subset=2, critic_hidden_dims=[256, 256]))
     rng = np.random.default_rng(0)
     frames = torch.from_numpy(rng.integers(0, 256, (BATCH, size, size, 3), dtype=np.uint8))
 

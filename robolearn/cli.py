@@ -1,15 +1,5 @@
-"""``robolearn <command> [hydra overrides]``.
-
-Hydra has no subcommands, so the command is taken from argv and the rest is handed to a
-``@hydra.main`` function: ``robolearn run task=reach algo=sac budget.minutes=3 run_name=x``.
-
-Commands:
-    run      train: a learner and actor processes, until the budget is spent or Ctrl-C
-    eval     run a trained policy: ``robolearn eval run_dir=runs/x episodes=20``
-    record   scripted-expert demos as a LeRobotDataset: ``robolearn record task=reach episodes=20 out=demos/x``
-    buffer   ``robolearn buffer info runs/x`` | ``robolearn buffer export runs/x OUT [--only successes]``
-    resources  ``robolearn resources runs/x``: a live run's robots and sims, their health and holders
-"""
+"""``robolearn <command> [options]``: the command-line interface (hydra composes the configs of ``run``,
+``eval`` and ``record``)."""
 
 from __future__ import annotations
 
@@ -20,13 +10,37 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from robolearn.config import ConfigError, RunConfig, to_yaml, validate
-from robolearn.runtime.rundir import RunDir
+from robolearn.runtime.builtins import register_builtins
+from robolearn.config import ConfigError, RunConfig, check_buildable, to_yaml, validate
+from robolearn.registry import lookup
+from robolearn.rundir import RunDir
 
-USAGE = __doc__
+USAGE = """usage: robolearn <command> [key=value ...]
+
+Robots and VLA policies that keep learning while they work.
+
+commands:
+  run        train: a learner and one actor per robot, until budget.minutes / budget.env_steps or Ctrl-C
+               robolearn run task=reach algo=sac budget.minutes=5 run_name=my-reach
+               robolearn run run_name=my-reach resume=true budget.minutes=2      (continue a run)
+  eval       run a run's latest checkpoint:  robolearn eval run_dir=runs/my-reach episodes=50
+  record     scripted-expert demos as a LeRobotDataset:
+               robolearn record task=pick_cube episodes=20 out=demos/pick task.cameras=[front]
+  buffer     robolearn buffer info runs/my-reach [--json]
+             robolearn buffer export runs/my-reach OUT [--only successes|interventions]
+  resources  a live run's robots and simulators, their health and lease holders: robolearn resources runs/x
+
+config groups (pick one with group=option, override any key with group.key=value):
+  task     reach, push_cube, pick_cube, pick_cube_color, gym (task.env_id=...)
+  robot    sim_so101, so101          policy   mlp, flow_chunk          algo   sac, habc, hiors
+  learner  the update schedule (learner.utd_ratio, learner.batch_size, ...)
+  actor    how robots are driven (actor.chunking.mode, actor.inference_delay_ticks, actor.human, ...)
+  runtime  local (runtime.num_actors, ...)
+A wrong key or value fails at start with a message naming it. See README.md and docs/ for every option.
+"""
 CONFIG_PATH = "pkg://robolearn.configs"
 # on resume only these may change; the rest defines the learning problem and comes from the run dir
-RESUME_MUTABLE = ("budget.", "runtime.", "resume=", "run_name=", "runs_dir=")
+RESUME_MUTABLE = ("budget.", "runtime.", "actor.", "learner.", "resume=", "run_name=", "runs_dir=")
 
 
 def _fail(msg: str) -> None:
@@ -44,7 +58,8 @@ def _resume_config(run: RunDir, overrides: list[str]) -> RunConfig:
             continue
         if "." not in key and OmegaConf.select(stored, f"{key}.name") == value:
             continue  # a config group pick that matches the stored run
-        _fail(f"'{ov}' cannot change on resume (only budget.*, runtime.* may); start a new run_name instead")
+        _fail(f"'{ov}' cannot change on resume (only budget.*, runtime.*, actor.*, learner.* may); "
+              "start a new run_name instead")
     mutable = [o.lstrip("+") for o in overrides if o.startswith(RESUME_MUTABLE)]
     return validate(OmegaConf.to_container(OmegaConf.merge(stored, OmegaConf.from_dotlist(mutable))))
 
@@ -61,8 +76,12 @@ def _prepare_run(cfg: DictConfig) -> tuple[RunConfig, RunDir]:
         except ConfigError as exc:
             _fail(str(exc))
         run_cfg.resume = True
-    elif run.config.exists():
+    elif run.config.exists() and run.holds_data():
         _fail(f"{run.root} already holds a run; pass resume=true to continue it, or another run_name")
+    try:
+        check_buildable(run_cfg)  # task / robot / policy / algo fit together: fail here, before any process
+    except ConfigError as exc:
+        _fail(str(exc))
     run.root.mkdir(parents=True, exist_ok=True)
     run.config.write_text(to_yaml(run_cfg))
     return run_cfg, run
@@ -70,8 +89,6 @@ def _prepare_run(cfg: DictConfig) -> tuple[RunConfig, RunDir]:
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
 def _run(cfg: DictConfig) -> None:
-    from robolearn.registry import lookup
-
     run_cfg, run = _prepare_run(cfg)
     summary = lookup("runtime", run_cfg.runtime.name).factory(run_cfg, run)
     raise SystemExit(0 if summary["ok"] else 1)
@@ -93,7 +110,6 @@ def _eval(cfg: DictConfig) -> None:
 def _record(cfg: DictConfig) -> None:
     from robolearn.config import typed_group
     from robolearn.record import record
-    from robolearn.registry import lookup
 
     try:
         task, robot = typed_group(cfg, "task"), typed_group(cfg, "robot")
@@ -110,7 +126,7 @@ def _record(cfg: DictConfig) -> None:
 
 
 def _buffer() -> None:
-    from robolearn.buffer.commands import main as buffer_main
+    from robolearn.runtime.buffer_command import main as buffer_main
 
     raise SystemExit(buffer_main(sys.argv[1:]))
 
@@ -129,6 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         raise SystemExit(0)
+    register_builtins()
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
         _fail(f"unknown command {command!r}; commands: {', '.join(COMMANDS)}")

@@ -1,9 +1,9 @@
 """Control-loop clocks. All control logic counts in ticks; a clock decides what a tick costs in time.
 
 ``RealClock`` sleeps to a fixed period (as hardware runs) and measures each tick's period error;
-``FreeClock`` does not wait at all (a simulation stepped as fast as the learner lets it);
-``SimClock`` does not wait either, and pairs with a ``DelaySampler`` that says how many ticks an
-inference takes, so runs under delay are deterministic for a seed and faster than real time.
+``SimClock`` does not wait at all (a simulation stepped as fast as the learner lets it), and pairs with
+a ``DelaySampler`` that says how many ticks an inference takes, so runs under delay are deterministic
+for a seed and faster than real time. Both are a ``Clock``.
 """
 
 from __future__ import annotations
@@ -11,8 +11,23 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
+
+
+class Clock(Protocol):
+    """What the control loop needs of a clock. ``period`` is 0 for simulated time."""
+
+    period: float
+    missed_deadlines: int
+
+    def wait(self) -> None:
+        """Return at the start of the next tick."""
+
+    def reset(self) -> None:
+        """Start a fresh schedule now (after a pause such as an episode reset)."""
+
 
 SPIN_S = 0.0015  # the last part of a period is spun, not slept: sleep() overshoots by ~0.1-1 ms
 
@@ -57,18 +72,6 @@ class RealClock:
         return float(np.quantile(self.period_errors_s, q) * 1e3) if self.period_errors_s else 0.0
 
 
-class FreeClock:
-    period = 0.0
-    missed_deadlines = 0
-    max_late_s = 0.0
-
-    def wait(self) -> None:
-        pass
-
-    def reset(self) -> None:
-        pass
-
-
 @dataclass
 class DelaySampler:
     """Inference delay in ticks, drawn per request from a seeded distribution.
@@ -103,13 +106,22 @@ class DelaySampler:
         return int(self.rng.choice(self.values, p=np.asarray(self.probs) / np.sum(self.probs)))
 
 
-class SimClock(FreeClock):
+class SimClock:
     """Simulated time: a tick costs nothing and an inference costs ``delay.sample()`` ticks. The policy
     is evaluated at once and its answer is held back until that many ticks have passed
     (``inference.client.SimulatedLatencyClient``)."""
 
+    period = 0.0
+    missed_deadlines = 0
+
     def __init__(self, delay: DelaySampler | None = None) -> None:
         self.delay = delay or DelaySampler()
+
+    def wait(self) -> None:
+        pass  # a simulated tick takes no time
+
+    def reset(self) -> None:
+        pass
 
     def inference_ticks(self) -> int:
         return self.delay.sample()

@@ -1,8 +1,10 @@
 """The run configuration: hydra composes it, this module validates it into typed dataclasses.
 
-Every group (task, robot, policy, algo, runtime) is checked against the config dataclass registered
-under its ``name``; unknown keys, wrong types and out-of-range values fail at start with a message
-that names the key (``ConfigError``).
+Every choice group (task, robot, policy, algo, runtime) is checked against the config dataclass
+registered under its ``name``, and the fixed sections (``learner``, ``actor``, ``budget``, ``buffer``)
+against theirs; unknown keys, wrong types and out-of-range values fail at start with a message that
+names the key (``ConfigError``). Who owns what: ``algo`` the losses, ``learner`` the schedule of updates,
+``actor`` how a robot is driven, ``runtime`` only where the processes run.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from robolearn import registry
+from robolearn.actor.config import ActorConfig
+from robolearn.builders import build_policy, task_specs
+from robolearn.learner.config import LearnerConfig
 
 
 class ConfigError(ValueError):
@@ -58,6 +63,8 @@ class TopLevel:
     resume: bool = False
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     buffer: BufferConfig = field(default_factory=BufferConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
 
 
 @dataclass
@@ -68,6 +75,8 @@ class RunConfig:
     resume: bool
     budget: BudgetConfig
     buffer: BufferConfig
+    learner: LearnerConfig
+    actor: ActorConfig
     task: Any
     robot: Any
     policy: Any
@@ -105,10 +114,31 @@ def validate(cfg: DictConfig | dict) -> RunConfig:
     """Turn a composed config into a ``RunConfig``; raise ``ConfigError`` naming what is wrong."""
     container = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(container, dict)
-    groups = {group: typed_group(container, group) for group in registry.GROUPS}
-    top = {k: v for k, v in container.items() if k not in registry.GROUPS and k != "hydra"}
+    groups = {group: typed_group(container, group) for group in registry.CONFIG_GROUPS}
+    top = {k: v for k, v in container.items() if k not in registry.CONFIG_GROUPS and k != "hydra"}
     top_typed = _typed(TopLevel, top, "")
-    return RunConfig(**{k: getattr(top_typed, k) for k in TopLevel.__dataclass_fields__}, **groups)
+    cfg = RunConfig(**{k: getattr(top_typed, k) for k in TopLevel.__dataclass_fields__}, **groups)
+    if cfg.learner.learning == "sync" and cfg.runtime.num_actors != 1:
+        raise ConfigError("config error at 'learner.learning': sync is a one-robot baseline; "
+                          "set runtime.num_actors=1")
+    return cfg
+
+
+def check_buildable(cfg: RunConfig) -> None:
+    """Build the task (its robot unconnected), the policy for its specs and the algorithm once, so a task /
+    robot / policy / algo mismatch fails before any process starts; ``ConfigError`` says which."""
+    try:
+        obs_spec, action_spec = task_specs(cfg)
+    except (ValueError, TypeError, NotImplementedError) as exc:
+        raise ConfigError(f"config error at 'task={cfg.task.name} robot={cfg.robot.name}': {exc}") from None
+    try:
+        policy = build_policy(cfg, obs_spec, action_spec)
+    except (ValueError, TypeError, NotImplementedError) as exc:
+        raise ConfigError(f"config error at 'policy={cfg.policy.name}' for task={cfg.task.name}: {exc}") from None
+    try:
+        registry.lookup("algo", cfg.algo.name).factory(policy, cfg.algo, cfg.seed)
+    except (ValueError, TypeError, NotImplementedError) as exc:
+        raise ConfigError(f"config error at 'algo={cfg.algo.name}' with policy={cfg.policy.name}: {exc}") from None
 
 
 def load_run_config(path: Path) -> RunConfig:

@@ -1,39 +1,45 @@
-"""Evaluate a run's latest checkpoint in its task, in-process, on seeded episodes."""
+"""``robolearn eval``: a run's latest checkpoint in its task, in-process, on seeded episodes, through the same
+``EpisodeLoop`` and chunk executor the actors use (each chunk executed whole, no inference delay, no
+exploration noise with ``deterministic=true``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
-import torch
 
+from robolearn.actor.chunking import ChunkExecutor, ChunkingConfig
+from robolearn.actor.episode import EpisodeLoop
+from robolearn.builders import build_policy, build_task
+from robolearn.checkpoint import load_checkpoint
+from robolearn.clock import SimClock
 from robolearn.config import load_run_config
-from robolearn.registry import build_task_and_policy
-from robolearn.runtime.rundir import RunDir
+from robolearn.inference.client import SimulatedLatencyClient
+from robolearn.inference.runner import ChunkPolicyRunner
+from robolearn.rundir import RunDir
 
 
 def evaluate(run_dir: Path, episodes: int = 20, seed: int = 12345, deterministic: bool = True) -> dict:
     run = RunDir(run_dir)
     cfg = load_run_config(run.config)
-    if not run.checkpoint.exists():
-        raise FileNotFoundError(f"{run_dir} has no checkpoint yet ({run.checkpoint})")
-    env, policy = build_task_and_policy(cfg)
-    state = torch.load(run.checkpoint, weights_only=True)
-    policy.load_state_dict(state["algo"]["actor"])
+    ckpt = load_checkpoint(run.checkpoint)
+    env = build_task(cfg)
+    policy = build_policy(cfg, env.observation_spec, env.action_spec)
+    policy.load_state_dict(ckpt.policy_weights)
     policy.eval()
-    successes, returns = 0, []
-    for ep in range(episodes):
-        obs, _ = env.reset(seed=seed + ep)
-        total, done, info = 0.0, False, {}
-        while not done:
-            for a in env.action_spec.to_robot(policy.act(obs, deterministic=deterministic)):
-                obs, r, term, trunc, info = env.step(a)
-                total += r
-                done = term or trunc
-                if done:
-                    break
-        successes += int(bool(info.get("success", False)))
-        returns.append(total)
-    env.close()
-    return {"episodes": episodes, "success_rate": successes / episodes, "mean_return": float(np.mean(returns)),
-            "policy_version": int(state["version"])}
+    runner = ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim, version=ckpt.version,
+                               explore=not deterministic)
+    clock = SimClock()
+    executor = ChunkExecutor(SimulatedLatencyClient(runner, clock), env.action_spec, getattr(policy, "horizon", 1),
+                             ChunkingConfig(mode="sync", splice="replace", max_prefix=0))
+    loop = EpisodeLoop(env, executor, clock, policy_version=lambda: ckpt.version)
+    env.robot.connect()
+    try:
+        results = [loop.run(seed=seed + ep, episode_id=ep) for ep in range(episodes)]
+    finally:
+        env.close()
+    return {"episodes": episodes, "success_rate": sum(r.success for r in results) / episodes,
+            "mean_return": float(np.mean([r.episode_return for r in results])), "policy_version": ckpt.version,
+            "stalled_ticks": sum(r.stalled_ticks for r in results)}
+
+

@@ -1,7 +1,9 @@
-"""Registries that pick tasks, robots, policies, algorithms and runtimes by name (LeRobot style).
+"""Registries that pick tasks, robots, policies and algorithms by name (LeRobot style).
 
-Each entry is a config dataclass (the schema a hydra config group is validated against) plus a
-factory. Modules register themselves on import; ``load_builtins`` imports the built-in ones.
+Each entry is a config dataclass (the schema a config group is validated against) plus a factory.
+The registry only stores and looks up: it imports nothing. The built-ins are registered once, at each
+entry point (the CLI, a worker process, the policy server, a test session), by
+``robolearn.runtime.builtins.register_builtins``; a plugin registers its own entries the same way.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-GROUPS = ("task", "robot", "policy", "algo", "runtime")
+CONFIG_GROUPS = ("task", "robot", "policy", "algo", "runtime")  # chosen in the config: task=reach, algo=sac
+GROUPS = (*CONFIG_GROUPS, "human")  # human: the teleops that may take over in sim (actor.human=scripted)
 
 
 @dataclass(frozen=True)
@@ -29,7 +32,8 @@ def register(group: str, name: str, config_cls: type, factory: Callable[..., Any
 
 
 def lookup(group: str, name: str) -> Entry:
-    load_builtins()
+    if not any(_REGISTRY.values()):
+        raise LookupError("nothing is registered: call robolearn.runtime.builtins.register_builtins() at the entry point")
     try:
         return _REGISTRY[group][name]
     except KeyError:
@@ -37,32 +41,4 @@ def lookup(group: str, name: str) -> Entry:
 
 
 def names(group: str) -> list[str]:
-    load_builtins()
     return sorted(_REGISTRY[group])
-
-
-def build_task_and_policy(cfg):
-    """The task env of a ``RunConfig`` (robot inside) and a fresh policy for its specs."""
-    env = lookup("task", cfg.task.name).factory(cfg.task, cfg.robot)
-    policy = lookup("policy", cfg.policy.name).factory(env.observation_spec, env.action_spec, cfg.policy)
-    return env, policy
-
-
-def robot_type(cfg) -> str:
-    """The resource type a run's actors lease: the task's own robot (a gymnasium env) or the robot group's."""
-    return getattr(cfg.task, "robot_type", None) or cfg.robot.name
-
-
-def load_builtins() -> None:
-    # imported here, not at module top, so the core does not depend on sim/policies at import time
-    import robolearn.hardware.gym_adapter  # noqa: F401
-    import robolearn.hardware.lerobot_robot  # noqa: F401
-    import robolearn.learner.habc  # noqa: F401
-    import robolearn.learner.hiors  # noqa: F401
-    import robolearn.learner.sac  # noqa: F401
-    import robolearn.policies.flow_chunk  # noqa: F401
-    import robolearn.policies.mlp  # noqa: F401
-    import robolearn.runtime.local  # noqa: F401
-    import robolearn.sim.cube_tasks  # noqa: F401
-    import robolearn.sim.reach  # noqa: F401
-    import robolearn.sim.so101  # noqa: F401

@@ -46,5 +46,5 @@ def read_buffer(run_dir: Path) -> list[dict[str, np.ndarray]]:
 def fast_run_overrides(name: str, minutes: float) -> list[str]:
     """A tiny network and frequent publishing, so a short run shows many weight versions."""
     return [f"run_name={name}", f"budget.minutes={minutes}", "policy.hidden_dims=[32,32]",
-            "algo.critic_hidden_dims=[32,32]", "algo.batch_size=32", "algo.learning_starts=100",
-            "algo.publish_every=10", "algo.checkpoint_every_s=2", "runtime.live_console=false"]
+            "algo.critic_hidden_dims=[32,32]", "learner.batch_size=32", "learner.learning_starts=100",
+            "learner.publish_every=10", "learner.checkpoint_every_s=2", "runtime.live_console=false"]

@@ -171,7 +171,7 @@ def test_delay_sampler_is_seeded():
 def test_same_seed_same_trajectory_under_the_simulated_clock():
     import torch
 
-    from robolearn.actor.chunk_loop import run_chunked_episode
+    from robolearn.actor.episode import EpisodeLoop, SeedTorch
     from robolearn.inference.runner import ChunkPolicyRunner
     from robolearn.policies.flow_chunk import FlowChunkPolicy, FlowChunkPolicyConfig
     from robolearn.sim.cube_tasks import PushCubeEnv
@@ -186,7 +186,8 @@ def test_same_seed_same_trajectory_under_the_simulated_clock():
         clock = SimClock(DelaySampler("uniform", low=0, high=4, seed=delay_seed))
         ex = ChunkExecutor(SimulatedLatencyClient(runner, clock), env.action_spec, 8,
                            ChunkingConfig(mode="latency_aware", max_prefix=4, execute_horizon=4))
-        results = [run_chunked_episode(env, ex, clock, seed) for seed in (3, 4)]
+        loop = EpisodeLoop(env, ex, clock, subscribers=[SeedTorch()])
+        results = [loop.run(seed=seed) for seed in (3, 4)]
         return results, ex.metrics.summary()
 
     (a, ma), (b, mb), (_, mc) = trajectory(1), trajectory(1), trajectory(2)

@@ -20,7 +20,7 @@ def test_default_config_validates_to_typed_groups():
 
 @pytest.mark.parametrize("key, value, match", [
     ("algo.gamma", "1.5", "algo.gamma must be in"),
-    ("algo.utd_ratio", "abc", "algo.utd_ratio"),
+    ("learner.utd_ratio", "abc", "learner.utd_ratio"),
     ("task.episode_ticks", "0", "task.episode_ticks"),
     ("runtime.num_actors", "0", "runtime.num_actors"),
     ("buffer.fsync", "sometimes", "buffer.fsync"),

@@ -63,8 +63,8 @@ def test_run_under_inference_delay_executes_chunks_without_stalls(tmp_path):
     """A 3-tick inference delay on the simulated clock with 8-action chunks: the latency-aware executor asks
     early enough that the robot never waits, and every transition records the measured delay."""
     r = robolearn(["run", *fast_run_overrides("delay", 0.4), "policy.chunk_horizon=8",
-                   "runtime.inference_delay_ticks=3", "runtime.chunking.initial_delay=3",
-                   "runtime.chunking.execute_horizon=4"], cwd=tmp_path, timeout=240)
+                   "actor.inference_delay_ticks=3", "actor.chunking.initial_delay=3",
+                   "actor.chunking.execute_horizon=4"], cwd=tmp_path, timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
     run = tmp_path / "runs" / "delay"
     summary = json.loads((run / "summary.json").read_text())
@@ -81,9 +81,9 @@ def test_hil_run_with_habc_the_scripted_human_and_a_lag_limit(tmp_path):
     """algo=habc on pick_cube with a flow chunk policy: the scripted human takes over (steps flagged as
     interventions, source HUMAN), the same learner loop updates, and actors respect max_policy_lag."""
     r = robolearn(["run", "task=pick_cube", "policy=flow_chunk", "policy.hidden_dims=[32,32]", "policy.max_prefix=0",
-                   "algo=habc", "algo.batch_size=64", "algo.warmup=20", "algo.value_hidden_dims=[32,32]",
-                   "algo.publish_every=5", "runtime.human=scripted", "runtime.max_policy_lag=2",
-                   "runtime.chunking.mode=sync", "runtime.chunking.execute_horizon=5", "budget.env_steps=500",
+                   "algo=habc", "learner.batch_size=64", "algo.warmup=20", "algo.value_hidden_dims=[32,32]",
+                   "learner.publish_every=5", "actor.human=scripted", "actor.max_policy_lag=2",
+                   "actor.chunking.mode=sync", "actor.chunking.execute_horizon=5", "budget.env_steps=500",
                    "budget.minutes=1.5", "runtime.live_console=false", "run_name=hil"], cwd=tmp_path, timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
     run = tmp_path / "runs" / "hil"

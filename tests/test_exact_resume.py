@@ -6,30 +6,30 @@ import numpy as np
 import pytest
 import torch
 
+from robolearn.builders import build_task
 from robolearn.config import validate
 from robolearn.learner.loop import Learner
-from robolearn.registry import build_task_and_policy
-from robolearn.runtime.rundir import RunDir
+from robolearn.rundir import RunDir
 from robolearn.transition import TransitionWriter
 from tests.test_cli_config import _cfg
 
 ALGOS = {
     "sac": {"policy": "mlp", "policy.hidden_dims": "[32,32]", "algo.critic_hidden_dims": "[32,32]",
-            "algo.batch_size": "32", "algo.num_critics": "3", "algo.actor_update_every": "2"},
+            "learner.batch_size": "32", "algo.num_critics": "3", "algo.actor_update_every": "2"},
     "sac_gripper": {"policy": "mlp", "policy.hidden_dims": "[32,32]", "policy.discrete_gripper": "true",
-                    "algo.critic_hidden_dims": "[32,32]", "algo.batch_size": "32"},
+                    "algo.critic_hidden_dims": "[32,32]", "learner.batch_size": "32"},
     "habc": {"policy": "flow_chunk", "policy.hidden_dims": "[32,32]", "policy.chunk_horizon": "4",
-             "policy.max_prefix": "2", "algo.value_hidden_dims": "[32,32]", "algo.batch_size": "32",
+             "policy.max_prefix": "2", "algo.value_hidden_dims": "[32,32]", "learner.batch_size": "32",
              "algo.warmup": "3"},
     "hiors": {"policy": "flow_chunk", "policy.hidden_dims": "[32,32]", "policy.chunk_horizon": "4",
-              "policy.max_prefix": "2", "algo.batch_size": "32"},
+              "policy.max_prefix": "2", "learner.batch_size": "32"},
 }
 
 
 def fill(learner: Learner, episodes: int = 6) -> None:
     """Random-action reach episodes: some with interventions, one as a demo."""
     rng = np.random.default_rng(0)
-    env, _ = build_task_and_policy(learner.cfg)
+    env = build_task(learner.cfg)
     for ep in range(episodes):
         obs, _ = env.reset(seed=ep)
         w = TransitionWriter(env.observation_spec)

@@ -43,7 +43,7 @@ def test_unknown_env_id_is_named():
 @pytest.mark.e2e
 def test_robolearn_run_trains_on_reacher_for_a_few_hundred_steps(tmp_path):
     r = robolearn(["run", "task=gym", "task.env_id=Reacher-v5", "run_name=reacher", "budget.env_steps=400",
-                   "budget.minutes=3", "algo.learning_starts=100", "policy.hidden_dims=[64,64]",
+                   "budget.minutes=3", "learner.learning_starts=100", "policy.hidden_dims=[64,64]",
                    "algo.critic_hidden_dims=[64,64]", "runtime.live_console=false"], cwd=tmp_path, timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
     run = tmp_path / "runs" / "reacher"

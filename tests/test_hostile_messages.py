@@ -13,14 +13,15 @@ import numpy as np
 import pytest
 import zmq
 
+from robolearn.builders import build_policy, build_task
 from robolearn.config import to_yaml, validate
 from robolearn.hardware.resources import LeaseManager, Resource
-from robolearn.learner.loop import weights_arrays
 from robolearn.logging.status import read_json, write_json_atomic
-from robolearn.registry import build_task_and_policy
 from robolearn.transition import TransitionWriter
+from robolearn.transport.learner_status import LearnerStatus
 from robolearn.transport.sockets import send
 from robolearn.transport.weight_sync import DeltaPublisher
+from robolearn.transport.weights import weights_arrays
 from tests.helpers import wait_for
 from tests.test_cli_config import _cfg
 
@@ -42,7 +43,7 @@ HOSTILE = [
 
 def _run_dir(tmp_path):
     cfg = validate(_cfg(run_name="hostile", **{"policy.hidden_dims": "[16,16]", "algo.critic_hidden_dims": "[16,16]",
-                                               "algo.learning_starts": "100000"}))
+                                               "learner.learning_starts": "100000"}))
     run = tmp_path / "runs" / "hostile"
     run.mkdir(parents=True)
     (run / "config.yaml").write_text(to_yaml(cfg))
@@ -83,7 +84,7 @@ def test_learner_transitions_socket_rejects_and_survives(tmp_path):
         push.connect(endpoints["transitions"])
         for frames in HOSTILE:
             push.send_multipart(frames)
-        env, _ = build_task_and_policy(cfg)
+        env = build_task(cfg)
         bad = _valid_batch(env)
         bad["obs.state"] = bad["obs.state"][:, :5].copy()  # well-formed wire message, wrong observation shape
         send(push, "transitions", "intruder", 0, {}, bad)
@@ -111,9 +112,11 @@ def test_actor_weights_socket_rejects_and_survives(tmp_path):
                                               "weights": f"tcp://127.0.0.1:{w_port}", "next_episode_id": 0})
     leases = LeaseManager([Resource("sim_so101-0", "sim", "sim_so101")])
     write_json_atomic(run / "resources.json", {"endpoint": leases.serve(), "type": "sim_so101"})
-    _, policy = build_task_and_policy(cfg)
+    env = build_task(cfg)
+    policy = build_policy(cfg, env.observation_spec, env.action_spec)
     sync_meta, weights = DeltaPublisher().encode(1, weights_arrays(policy))
-    meta = {"updates": 0, "env_steps": 0, "allowed_env_steps": 10 ** 9, **sync_meta}
+    status = LearnerStatus(version=1, updates=0, env_steps=0, learned_env_steps=10 ** 9, caught_up=False)
+    meta = {**status.to_meta(), **sync_meta}
     proc = _worker("actor", run, "0")
     try:
         def actor_sends():

@@ -36,7 +36,7 @@ def image_buffer(tmp_path, episodes=4, steps=20):
 def image_sac(**kw):
     torch.manual_seed(0)
     policy = make_policy(OBS, ACT, MLPPolicyConfig(hidden_dims=[32], image_feature_dim=8))
-    return SAC(policy, SACConfig(critic_hidden_dims=[32], batch_size=16, **kw))
+    return SAC(policy, SACConfig(critic_hidden_dims=[32], **kw))
 
 
 def test_random_shift_is_a_crop_of_the_edge_padded_frame():
@@ -53,14 +53,14 @@ def test_random_shift_is_a_crop_of_the_edge_padded_frame():
 def test_image_batches_are_uint8_frames_shifted_with_the_replay_generator(tmp_path):
     buf = image_buffer(tmp_path)
     sac = image_sac()
-    batch = sac.sample_batch(buf, ACT)
+    batch = sac.sample_batch(buf, ACT, 16)
     assert batch["obs"]["front"].dtype == torch.uint8 and batch["obs"]["front"].shape == (16, 24, 24, 3)
     assert batch["obs"]["state"].shape == (16, 3) and batch["next_obs"]["front"].shape == (16, 24, 24, 3)
     # the same generator state draws the same batch, shifts included (exact resume)
     state = buf.rng.bit_generator.state
-    again = sac.sample_batch(buf, ACT)
+    again = sac.sample_batch(buf, ACT, 16)
     buf.rng.bit_generator.state = state
-    third = sac.sample_batch(buf, ACT)
+    third = sac.sample_batch(buf, ACT, 16)
     assert torch.equal(again["obs"]["front"], third["obs"]["front"])
     buf.close()
 
@@ -72,13 +72,13 @@ def test_the_encoder_learns_from_the_critic_only(tmp_path):
     enc0 = {k: v.clone() for k, v in sac.actor.encoder.state_dict().items()}
     trunk0 = sac.actor.trunk[0].weight.clone()
     for _ in range(3):
-        sac.update(sac.sample_batch(buf, ACT))
+        sac.update(sac.sample_batch(buf, ACT, 16))
     assert all(torch.equal(enc0[k], v) for k, v in sac.actor.encoder.state_dict().items())
     assert not torch.equal(trunk0, sac.actor.trunk[0].weight)
     # with a critic learning rate the encoder moves
     sac = image_sac(critic_lr=1e-2)
     enc0 = sac.actor.encoder.cameras["front"].project[0].weight.clone()
-    sac.update(sac.sample_batch(buf, ACT))
+    sac.update(sac.sample_batch(buf, ACT, 16))
     assert not torch.equal(enc0, sac.actor.encoder.cameras["front"].project[0].weight)
     # the actor process serves the same policy from a raw observation dict
     obs = {"state": np.zeros((2, 3), np.float32), "front": np.zeros((2, 24, 24, 3), np.uint8)}

@@ -8,14 +8,15 @@ import pytest
 import torch
 import zmq
 
-from robolearn.actor.chunk_loop import hold_action
+from robolearn.actor.episode import hold_action
 from robolearn.actor.chunking import ChunkExecutor, ChunkingConfig
 from robolearn.clock import RealClock
 from robolearn.inference.client import RemoteClient
 from robolearn.inference.protocol import REQUEST, ChunkRequest, request_to_wire
 from robolearn.inference.runner import ChunkPolicyRunner
-from robolearn.inference.server import PolicyServer, spawn_server
+from robolearn.inference.server import PolicyServer
 from robolearn.policies.flow_chunk import FlowChunkPolicy, FlowChunkPolicyConfig
+from robolearn.runtime.policy_server import spawn_server
 from robolearn.sim.reach import ReachEnv
 from robolearn.transport.sockets import send
 
@@ -87,9 +88,9 @@ def test_bad_requests_are_rejected_and_counted_not_fatal(env):
 
 
 def test_server_follows_the_learners_weight_versions(env):
-    from robolearn.learner.loop import weights_arrays
     from robolearn.transport.sockets import bind_random_port
     from robolearn.transport.weight_sync import DeltaPublisher
+    from robolearn.transport.weights import weights_arrays
 
     ctx = zmq.Context()
     pub = ctx.socket(zmq.PUB)

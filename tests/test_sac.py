@@ -12,7 +12,7 @@ def _sac(seed=0, **kw):
     torch.manual_seed(seed)
     env = ReachEnv()
     policy = make_policy(env.observation_spec, env.action_spec, MLPPolicyConfig(hidden_dims=[32, 32]))
-    return SAC(policy, SACConfig(critic_hidden_dims=[32, 32], batch_size=16, **kw), seed=seed)
+    return SAC(policy, SACConfig(critic_hidden_dims=[32, 32], **kw), seed=seed)
 
 
 def _batch(b=16, seed=0):

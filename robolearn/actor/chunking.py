@@ -43,7 +43,7 @@ SPLICES = ("prefix", "replace", "blend")
 
 @dataclass
 class ChunkingConfig:
-    """``runtime.chunking.*``."""
+    """``actor.chunking.*``."""
 
     mode: str = "latency_aware"
     splice: str = "prefix"          # latency_aware only; naive_async always blends, sync replaces

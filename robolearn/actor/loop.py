@@ -1,18 +1,19 @@
-"""The actor process: one robot's control loop executing action chunks through a ``ChunkExecutor``.
+"""The actor process: one robot's episodes through the shared ``EpisodeLoop``, wired to the learner.
 
-    per tick t:
-        executor.tick(t, obs)       splice arrived chunks; ask for the next one when the scheduler says
-                                    (``runtime.chunking``); pop the action for t (none: a stall, hold)
-        obs', r, done = env.step(a)
-        record the transition (tagged with the chunk, its weight version and delay); PUSH a batch every
-        ``send_every`` steps and at the episode end
+    lease the robot -> connect it -> wait for the learner's endpoints and first weights
+    episodes (``actor.episode.EpisodeLoop``):
+        gate before each tick   sim pacing (the learner's utd ratio), max_policy_lag, stop / budget / lost lease
+        each tick               observe -> act (chunk executor or the human) -> apply -> notify:
+                                ``TransitionRecorder`` PUSHes batches, this actor counts, polls weights, writes status
+        each episode end        learner.learning=sync: wait until the learner did the updates due
+    disconnect the robot -> release the lease
 
-The newest received weights are loaded just before each request, so every chunk comes from one
-version. Inference runs in this process: with ``runtime.realtime=false`` under a simulated clock (an
-inference takes ``runtime.inference_delay_ticks`` ticks, and the loop runs as fast as the learner's
+The newest received weights are loaded just before each chunk request, so every chunk comes from one
+version. Inference runs in this process: with ``actor.realtime=false`` under a simulated clock (an
+inference takes ``actor.inference_delay_ticks`` ticks, and the loop runs as fast as the learner's
 update-to-data ratio allows); with ``realtime=true`` the loop sleeps to the robot's control period, as
-on hardware, and the policy runs inside the tick or, with ``runtime.async_inference=true``, on a
-worker thread while the robot keeps executing (needs chunks longer than the delay in ticks).
+on hardware, and the policy runs inside the tick or, with ``actor.async_inference=true``, on a worker
+thread while the robot keeps executing (needs chunks longer than the delay in ticks).
 """
 
 from __future__ import annotations
@@ -20,34 +21,43 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 import zmq
 
-from robolearn.actor.chunk_loop import TickDriver
 from robolearn.actor.chunking import ChunkExecutor
-from robolearn.actor.weights import WeightSubscriber
-from robolearn.clock import DelaySampler, RealClock, SimClock
-from robolearn.config import RunConfig
+from robolearn.actor.episode import EpisodeLoop, StepRecord
+from robolearn.actor.transition_recorder import TransitionRecorder
+from robolearn.builders import build_policy, build_task
+from robolearn.clock import Clock, DelaySampler, RealClock, SimClock
 from robolearn.hardware.resources import LeaseClient
-from robolearn.inference.client import SimulatedLatencyClient, ThreadedClient
+from robolearn.hardware.teleop import Intervener
+from robolearn.inference.client import ChunkClient, SimulatedLatencyClient, ThreadedClient
 from robolearn.inference.runner import ChunkPolicyRunner
 from robolearn.logging.recording import Recording
 from robolearn.logging.status import read_json, write_json_atomic
-from robolearn.registry import build_task_and_policy
-from robolearn.runtime.process import StopFlag
-from robolearn.runtime.rundir import RunDir
-from robolearn.transition import TransitionWriter
+from robolearn.registry import lookup
+from robolearn.rundir import RunDir
+from robolearn.stop_flag import StopFlag
 from robolearn.transport.sockets import send
+from robolearn.transport.weights import WeightSubscriber
 from robolearn.transport.wire import RejectCounter
+
+if TYPE_CHECKING:  # the config is built above this layer (robolearn.config); only its type is named here
+    from robolearn.config import RunConfig
 
 
 class Actor:
     def __init__(self, run: RunDir, cfg: RunConfig, index: int, stop: StopFlag) -> None:
         self.run, self.cfg, self.index, self.stop = run, cfg, index, stop
-        torch.set_num_threads(cfg.runtime.actor_threads)
+        self.settings = cfg.actor
+        torch.set_num_threads(self.settings.threads)
         torch.manual_seed(cfg.seed + 1000 + index)
-        self.env, self.policy = build_task_and_policy(cfg)
+        self.env = build_task(cfg)  # its robot is constructed, not connected: that waits for the lease
+        self.policy = build_policy(cfg, self.env.observation_spec, self.env.action_spec)
         self.policy.eval()
         self.robot_id = ""  # the leased resource's name
         self.name = f"actor-{index}"
@@ -56,71 +66,17 @@ class Actor:
         self.episodes = 0
         self.successes = 0
         self.intervention_steps = 0
-        self.throttled_s = 0.0  # waiting for weights within runtime.max_policy_lag
-        self.waited_for_learner_s = 0.0  # runtime.learning=sync: waiting at episode ends
-        self._meta_env_steps: int | None = None
-        self._steps_since_meta = 0
+        self.throttled_s = 0.0  # waiting for weights within actor.max_policy_lag
+        self.waited_for_learner_s = 0.0  # learner.learning=sync: waiting at episode ends
+        # budget.env_steps is the run's total: each actor takes its share and then waits to be stopped,
+        # so the run ends at the budget instead of wherever the actors got to before the runtime noticed
+        budget = cfg.budget.env_steps
+        self.share = -(-budget // cfg.runtime.num_actors) if budget is not None else None
+        self._status_env_steps: int | None = None  # the learner's ingested steps in the newest status
+        self._steps_since_status = 0
+        self._last_status_write = 0.0
 
-    def _human(self):
-        """The teleop that may take over: the scripted human in sim (``runtime.human=scripted``)."""
-        if self.cfg.runtime.human == "scripted":
-            from robolearn.sim.intervention import ScriptedHuman  # sim only; not imported for real robots
-            return ScriptedHuman(self.env)
-        return None
-
-    def _wait_for(self, what: str, ready, timeout_s: float):
-        deadline = time.monotonic() + timeout_s
-        while not self.stop:
-            value = ready()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"[{self.name}] no {what} after {timeout_s:.0f} s")
-            time.sleep(0.02)
-        return None
-
-    def _wait_for_updates(self, newest_weights) -> None:
-        """``runtime.learning=sync``: the robot waits (holding still) until the learner has ingested every step
-        sent and done the updates due for them, then takes the newest weights."""
-        t0 = time.monotonic()
-        while not self.stop:
-            meta = self.weights.learner_meta
-            if meta.get("env_steps", 0) >= self.env_steps and meta.get("caught_up", False):
-                break
-            self.weights.poll(timeout_ms=20)
-        newest_weights()
-        self.waited_for_learner_s += time.monotonic() - t0
-
-    def _throttle(self, tick: int, newest_weights) -> None:
-        """``runtime.max_policy_lag``: while the learner is more than that many versions ahead of the weights
-        this actor acts with, do not step (a real robot holds its last command): wait for newer weights,
-        load them and drop the queued chunk they make stale, so the next chunk comes from them."""
-        t0 = None
-        while not self.stop:
-            learner_version = self.weights.learner_meta.get("version", 0)
-            if learner_version - self.weights.version <= self.cfg.runtime.max_policy_lag:
-                break
-            t0 = t0 or time.monotonic()
-            self.weights.poll(timeout_ms=20)
-            if newest_weights():
-                self.executor.interrupt(tick)
-        if t0 is not None:
-            self.throttled_s += time.monotonic() - t0
-
-    def _wait_for_learner(self) -> None:
-        """Sim only: hold the (frozen) simulation while the learner is behind its update-to-data ratio.
-
-        The learner's weight messages carry its ingested step count and the step count it allows;
-        steps taken since that message are counted here.
-        """
-        while not self.stop:
-            meta = self.weights.learner_meta
-            if meta.get("env_steps") != self._meta_env_steps:
-                self._meta_env_steps, self._steps_since_meta = meta.get("env_steps"), 0
-            if meta.get("env_steps", 0) + self._steps_since_meta < meta.get("allowed_env_steps", 0):
-                return
-            self.weights.poll(timeout_ms=20)
-
+    # --- start and end: the lease brackets every use of the robot ----------------------------------------
     def run_forever(self) -> None:
         cfg = self.cfg
         resources = self._wait_for("resource manager", lambda: read_json(self.run.resources),
@@ -131,9 +87,41 @@ class Actor:
         try:
             self.robot_id = self.lease.acquire(self.env.robot.name, timeout_s=cfg.runtime.startup_timeout_s,
                                                stop=lambda: bool(self.stop))[0]
-            self._act()
+            self.env.robot.connect()
+            try:
+                self._act()
+            finally:
+                self.env.close()  # disconnects the robot before the lease is released
         finally:
             self.lease.close()
+
+    def _wait_for(self, what: str, ready: Callable[[], Any], timeout_s: float) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while not self.stop:
+            value = ready()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"[{self.name}] no {what} after {timeout_s:.0f} s")
+            time.sleep(0.02)
+        return None
+
+    def _human(self) -> Intervener | None:
+        """The teleop that may take over: the scripted human in sim (``actor.human=scripted``)."""
+        if self.settings.human == "none":
+            return None
+        return lookup("human", self.settings.human).factory(self.env)
+
+    def _client(self, runner: ChunkPolicyRunner) -> tuple[Clock, ChunkClient]:
+        settings = self.settings
+        if settings.realtime:
+            clock = RealClock(self.env.robot.config.control_hz)
+            if settings.async_inference:  # a worker thread; the loop never waits for the policy
+                return clock, ThreadedClient(runner, threads=settings.threads)
+            # inside the tick: fine while a forward pass is a small part of the control period
+            return clock, SimulatedLatencyClient(runner, SimClock())
+        clock = SimClock(DelaySampler("fixed", ticks=settings.inference_delay_ticks))
+        return clock, SimulatedLatencyClient(runner, clock)
 
     def _act(self) -> None:
         cfg = self.cfg
@@ -156,104 +144,127 @@ class Actor:
             return
         print(f"[{self.name}] got weights v{self.weights.version}; acting on {self.robot_id}", flush=True)
 
-        runner = ChunkPolicyRunner(self.policy, self.env.observation_spec, self.env.action_spec.dim,
-                                   version=self.weights.version, explore=True)
-        if cfg.runtime.realtime:
-            clock = RealClock(self.env.robot.config.control_hz)
-            if cfg.runtime.async_inference:  # a worker thread; the loop never waits for the policy
-                client = ThreadedClient(runner, threads=cfg.runtime.actor_threads)
-            else:  # inside the tick: fine while a forward pass is a small part of the control period
-                client = SimulatedLatencyClient(runner, SimClock())
-        else:
-            clock = SimClock(DelaySampler("fixed", ticks=cfg.runtime.inference_delay_ticks))
-            client = SimulatedLatencyClient(runner, clock)
-
-        def newest_weights() -> bool:  # before each request: the chunk comes from the newest version
-            if self.weights.apply_pending():
-                runner.version = self.weights.version
-                return True
-            return False
-
-        recording = Recording(self.run.root, cfg.run_name, self.run.root / f"{self.name}.rrd")
+        self.runner = ChunkPolicyRunner(self.policy, self.env.observation_spec, self.env.action_spec.dim,
+                                        version=self.weights.version, explore=True)
+        self.clock, client = self._client(self.runner)
+        self.recording = Recording(self.run.root, cfg.run_name, self.run.root / f"{self.name}.rrd")
         self.executor = ChunkExecutor(client, self.env.action_spec, getattr(self.policy, "horizon", 1),
-                                      cfg.runtime.chunking, self.robot_id, before_request=newest_weights,
-                                      on_chunk=lambda start, chunk: recording.log_chunk(self.robot_id, start, chunk))
-        driver = TickDriver(self.env, self.executor, self._human())
-        episode_id = int(endpoints["next_episode_id"]) + self.index
-        # budget.env_steps is the run's total: each actor takes its share and then waits to be stopped,
-        # so the run ends at the budget instead of wherever the actors got to before the runtime noticed
-        budget = cfg.budget.env_steps
-        share = -(-budget // cfg.runtime.num_actors) if budget is not None else None
-        tick = 0
+                                      self.settings.chunking, self.robot_id, before_request=self._newest_weights,
+                                      on_chunk=lambda start, chunk: self.recording.log_chunk(self.robot_id, start,
+                                                                                             chunk))
         seq = 0
-        last_status = 0.0
-        while not self.stop and (share is None or self.env_steps < share):
-            obs, _ = self.env.reset(seed=cfg.seed * 1_000_003 + episode_id)
-            t_obs = time.time()  # when the current observation was taken
-            writer = TransitionWriter(self.env.observation_spec)
-            driver.reset()
-            self.executor.start_episode(obs, tick, clock)
-            clock.reset()
-            for step in range(10**9):
-                if not cfg.runtime.realtime:
-                    self._wait_for_learner()
-                if self.lease.lost.is_set():
-                    print(f"[{self.name}] lost the lease on {self.robot_id}; stopping", file=sys.stderr, flush=True)
-                    self.stop.set()
-                if self.stop or (share is not None and self.env_steps >= share):
-                    break
-                if cfg.runtime.max_policy_lag:
-                    self._throttle(tick, newest_weights)
-                # the policy's chunk action, a held command on a stall, or the human's while it intervenes
-                action, fields, stalled = driver.act(tick, obs, self.weights.version)
-                if stalled:
-                    recording.log_stall(self.robot_id, tick)
-                self.intervention_steps += int(fields["intervention"])
-                t_act = time.time()
-                next_obs, reward, terminated, truncated, info = self.env.step(action)
-                driver.executed(action)
-                writer.add(obs, action, reward=reward, terminated=terminated, truncated=truncated,
-                           success=bool(info.get("success", False)), episode_id=episode_id, step=step, tick=tick,
-                           t_obs=t_obs, t_act=t_act, **fields)
-                obs, t_obs = next_obs, time.time()
-                tick += 1
-                self.env_steps += 1
-                self._steps_since_meta += 1
-                if terminated or truncated:
-                    self.episodes += 1
-                    self.successes += int(bool(info.get("success", False)))
-                    send(push, "transitions", self.robot_id, seq, {}, writer.flush(final_obs=obs))
-                    seq += 1
-                    if cfg.runtime.learning == "sync":
-                        self._wait_for_updates(newest_weights)
-                    break
-                if len(writer) >= cfg.runtime.send_every:
-                    send(push, "transitions", self.robot_id, seq, {}, writer.flush())
-                    seq += 1
-                self.weights.poll()
-                now = time.monotonic()
-                if now - last_status >= cfg.runtime.status_every_s:
-                    self._write_status(clock)
-                    last_status = now
-                clock.wait()
-            if len(writer):  # stopped mid-episode: deliver what was done, marked truncated; nothing is lost
-                send(push, "transitions", self.robot_id, seq, {}, writer.flush(final_obs=obs, truncate=True))
-                seq += 1
+
+        def deliver(arrays: dict[str, np.ndarray]) -> None:
+            nonlocal seq
+            send(push, "transitions", self.robot_id, seq, {}, arrays)
+            seq += 1
+
+        recorder = TransitionRecorder(self.env.observation_spec, deliver, self.settings.send_every)
+        loop = EpisodeLoop(self.env, self.executor, self.clock, self._human(), subscribers=[recorder, self],
+                           gate=self._gate, policy_version=lambda: self.weights.version)
+        episode_id = int(endpoints["next_episode_id"]) + self.index
+        while not self.stop and not self._share_taken():
+            result = loop.run(seed=cfg.seed * 1_000_003 + episode_id, episode_id=episode_id)
+            if not result.stopped and cfg.learner.learning == "sync":
+                self._wait_for_updates()
             episode_id += cfg.runtime.num_actors
         if not self.stop:
-            print(f"[{self.name}] took its share of budget.env_steps ({share}); waiting to be stopped", flush=True)
-            self._write_status(clock)
+            print(f"[{self.name}] took its share of budget.env_steps ({self.share}); waiting to be stopped",
+                  flush=True)
+            self._write_status()
         while not self.stop:
             time.sleep(0.05)
-        self._write_status(clock, final=True)
+        self._write_status(final=True)
         client.close()
-        recording.close()
+        self.recording.close()
         self.weights.close()
         push.close()  # lingers up to 5 s to deliver queued transitions
         ctx.term()
-        self.env.close()
 
-    def _write_status(self, clock, final: bool = False) -> None:
+    def _share_taken(self) -> bool:
+        return self.share is not None and self.env_steps >= self.share
+
+    def _newest_weights(self) -> bool:
+        """Before each request: load the newest received weights, so the chunk comes from the newest version."""
+        if self.weights.apply_pending():
+            self.runner.version = self.weights.version
+            return True
+        return False
+
+    # --- the gate before each tick -------------------------------------------------------------------------
+    def _gate(self, tick: int) -> bool:
+        if not self.settings.realtime:
+            self._wait_for_learner()
+        if self.lease.lost.is_set():
+            print(f"[{self.name}] lost the lease on {self.robot_id}; stopping", file=sys.stderr, flush=True)
+            self.stop.set()
+        if self.stop or self._share_taken():
+            return False
+        if self.settings.max_policy_lag:
+            self._throttle(tick)
+        return True
+
+    def _wait_for_learner(self) -> None:
+        """Sim only: hold the (frozen) simulation while the learner is behind its update-to-data ratio. The
+        learner's status carries its ingested step count; steps taken since that status are counted here."""
+        while not self.stop:
+            status = self.weights.learner_status
+            if status is not None:
+                if status.env_steps != self._status_env_steps:
+                    self._status_env_steps, self._steps_since_status = status.env_steps, 0
+                allowed = status.learned_env_steps + self.settings.max_steps_ahead
+                if status.env_steps + self._steps_since_status < allowed:
+                    return
+            self.weights.poll(timeout_ms=20)
+
+    def _throttle(self, tick: int) -> None:
+        """``actor.max_policy_lag``: while the learner is more than that many versions ahead of the weights
+        this actor acts with, do not step (a real robot holds its last command): wait for newer weights,
+        load them and drop the queued chunk they make stale, so the next chunk comes from them."""
+        t0 = None
+        while not self.stop:
+            status = self.weights.learner_status
+            learner_version = status.version if status is not None else 0
+            if learner_version - self.weights.version <= self.settings.max_policy_lag:
+                break
+            t0 = t0 or time.monotonic()
+            self.weights.poll(timeout_ms=20)
+            if self._newest_weights():
+                self.executor.interrupt(tick)
+        if t0 is not None:
+            self.throttled_s += time.monotonic() - t0
+
+    def _wait_for_updates(self) -> None:
+        """``learner.learning=sync``: the robot waits (holding still) until the learner has ingested every step
+        sent and done the updates due for them, then takes the newest weights."""
+        t0 = time.monotonic()
+        while not self.stop:
+            status = self.weights.learner_status
+            if status is not None and status.env_steps >= self.env_steps and status.caught_up:
+                break
+            self.weights.poll(timeout_ms=20)
+        self._newest_weights()
+        self.waited_for_learner_s += time.monotonic() - t0
+
+    # --- EpisodeLoop subscriber ----------------------------------------------------------------------------
+    def on_step(self, step: StepRecord) -> None:
+        if step.stalled:
+            self.recording.log_stall(self.robot_id, step.tick)
+        self.intervention_steps += int(step.fields["intervention"])
+        self.env_steps += 1
+        self._steps_since_status += 1
+        if step.done:
+            self.episodes += 1
+            self.successes += int(step.success)
+            return
+        self.weights.poll()
+        now = time.monotonic()
+        if now - self._last_status_write >= self.cfg.runtime.status_every_s:
+            self._write_status()
+            self._last_status_write = now
+
+    def _write_status(self, final: bool = False) -> None:
+        clock = self.clock
         write_json_atomic(self.run.status(self.name), {
             "robot_id": self.robot_id, "env_steps": self.env_steps, "episodes": self.episodes,
             "successes": self.successes, "intervention_steps": self.intervention_steps,

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from robolearn.buffer.replay_buffer import ReplayBuffer, is_image
+from robolearn.buffer.images import is_image
+from robolearn.buffer.replay_buffer import ReplayBuffer
 from robolearn.specs import ActionSpec, ArraySpec, ObservationSpec, SpecError
 from robolearn.transition import OBS_PREFIX, ActionSource, TransitionWriter
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -35,6 +36,16 @@ from robolearn.inference.protocol import (
 from robolearn.inference.runner import ChunkPolicyRunner
 from robolearn.transport.sockets import recv_valid, send
 from robolearn.transport.wire import RejectCounter, WireError
+
+
+class ChunkClient(Protocol):
+    """What a ``ChunkExecutor`` talks to (the interface above)."""
+
+    def submit(self, request: ChunkRequest) -> None: ...
+
+    def poll(self, tick: int) -> list[ChunkResponse]: ...
+
+    def close(self) -> None: ...
 
 
 class SimulatedLatencyClient:

@@ -7,7 +7,7 @@
 
 Malformed or mismatching requests are rejected with a counted reason, never fatal. Run it as
 
-    python -m robolearn.inference.server --task push_cube --policy flow_chunk --weights policy.pt \
+    python -m robolearn.runtime.policy_server --task push_cube --policy flow_chunk --weights policy.pt \
         [--port 0] [--endpoint-file server.json] [--weights-endpoint tcp://127.0.0.1:P]
 
 (``--weights`` is a state dict this project wrote with ``torch.save``; it is loaded with
@@ -16,25 +16,23 @@ Malformed or mismatching requests are rejected with a counted reason, never fata
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections import deque
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
 import zmq
 
-from robolearn.actor.weights import WeightSubscriber
+from robolearn.builders import task_specs
+from robolearn.checkpoint import load_checkpoint
 from robolearn.inference.protocol import REQUEST, RESPONSE, request_from_wire, response_to_wire
 from robolearn.inference.runner import ChunkPolicyRunner
+from robolearn.registry import lookup
 from robolearn.specs import SpecError
 from robolearn.transport.sockets import bind_random_port
+from robolearn.transport.weights import WeightSubscriber
 from robolearn.transport.wire import RejectCounter, WireError, decode, encode
 
 
@@ -107,83 +105,18 @@ class PolicyServer:
         self.ctx.term()
 
 
-def build_runner(task: str, policy: str, weights: str | None, overrides: dict | None = None) -> ChunkPolicyRunner:
-    """The task's specs and the named policy (registry names), with weights from a state-dict file."""
-    from robolearn.registry import load_builtins, lookup
-
-    load_builtins()
+def build_runner(task: str, policy: str, weights: str | None, overrides: dict | None = None,
+                 checkpoint: str | None = None) -> ChunkPolicyRunner:
+    """The task's specs (its robot is never connected) and the named policy (registry names), with weights
+    from a state-dict file (``weights``) or a run's checkpoint (``checkpoint``, which also sets the version)."""
     t, p = lookup("task", task), lookup("policy", policy)
-    env = t.factory(t.config_cls(), None)
-    model = p.factory(env.observation_spec, env.action_spec, p.config_cls(**(overrides or {})))
+    obs_spec, action_spec = task_specs(SimpleNamespace(task=t.config_cls(), robot=None))
+    model = p.factory(obs_spec, action_spec, p.config_cls(**(overrides or {})))
+    version = 0
     if weights:
         model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
-    runner = ChunkPolicyRunner(model, env.observation_spec, env.action_spec.dim)
-    env.close()
-    return runner
-
-
-def spawn_server(task: str, policy: str, weights: str | None, endpoint_file: Path, port: int = 0,
-                 policy_config: dict | None = None, extra_args: list[str] | None = None,
-                 timeout_s: float = 120.0) -> tuple[subprocess.Popen, str]:
-    """Start ``python -m robolearn.inference.server`` and wait until it is bound; returns (process, endpoint).
-    Its output goes to ``endpoint_file`` with the suffix ``.log``."""
-    endpoint_file = Path(endpoint_file)
-    endpoint_file.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "robolearn.inference.server", "--task", task, "--policy", policy,
-           "--policy-config", json.dumps(policy_config or {}), "--port", str(port),
-           "--endpoint-file", str(endpoint_file), *(["--weights", str(weights)] if weights else []),
-           *(extra_args or [])]
-    log = open(endpoint_file.with_suffix(".log"), "ab")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + timeout_s
-    while not endpoint_file.exists():
-        if proc.poll() is not None:
-            raise RuntimeError(f"policy server exited with {proc.returncode}: "
-                               f"{endpoint_file.with_suffix('.log').read_text()[-2000:]}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise TimeoutError(f"policy server not bound after {timeout_s:.0f} s")
-        time.sleep(0.05)
-    return proc, json.loads(endpoint_file.read_text())["endpoint"]
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--task", required=True)
-    ap.add_argument("--policy", required=True)
-    ap.add_argument("--weights", help="state dict file (torch.save) for the policy")
-    ap.add_argument("--policy-config", default="{}", help="JSON of policy config fields, e.g. '{\"chunk_horizon\": 8}'")
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=0, help="0 = a free port")
-    ap.add_argument("--endpoint-file", help="write {\"endpoint\": ...} here once bound")
-    ap.add_argument("--weights-endpoint", help="the learner's weight PUB endpoint to follow")
-    ap.add_argument("--max-batch", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=1, help="torch threads for the forward pass")
-    ap.add_argument("--extra-latency-ms", type=float, nargs=2, metavar=("LOW", "HIGH"),
-                    help="answer each batch after a uniform draw in [LOW, HIGH] ms (emulates a heavier model)")
-    args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    runner = build_runner(args.task, args.policy, args.weights, json.loads(args.policy_config))
-    server = PolicyServer(runner, args.host, args.port, args.max_batch, args.weights_endpoint,
-                          tuple(args.extra_latency_ms) if args.extra_latency_ms else None)
-    if args.endpoint_file:
-        tmp = Path(args.endpoint_file + ".tmp")
-        tmp.write_text(json.dumps({"endpoint": server.endpoint, "pid": os.getpid()}))
-        tmp.replace(args.endpoint_file)
-    print(f"policy server on {server.endpoint} ({args.task}, {args.policy})", flush=True)
-    stopping = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stopping.append(1))
-    t_last = time.monotonic()
-    while not stopping:
-        server.serve_once(100)
-        if time.monotonic() - t_last > 10:
-            t_last = time.monotonic()
-            print(f"served {server.requests} requests in {server.batches} batches, v{runner.version}, "
-                  f"rejected {server.rejects.total}", flush=True)
-    server.close()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    if checkpoint:
+        ckpt = load_checkpoint(Path(checkpoint))
+        model.load_state_dict(ckpt.policy_weights)
+        version = ckpt.version
+    return ChunkPolicyRunner(model, obs_spec, action_spec.dim, version=version)

@@ -33,7 +33,6 @@ from torch import nn
 from robolearn.buffer.replay_buffer import ReplayBuffer
 from robolearn.learner.chunk_batch import sample_chunk_windows
 from robolearn.policies.mlp import mlp
-from robolearn.registry import register
 from robolearn.specs import ActionSpec
 
 EPS = 1e-6
@@ -44,24 +43,16 @@ class HABCConfig:
     """``algo=habc``."""
 
     name: str = "habc"
-    batch_size: int = 256
     actor_lr: float = 3e-4
     value_lr: float = 1e-3
     value_hidden_dims: list[int] = field(default_factory=lambda: [256, 256])
     warmup: int = 500                    # updates with g = 1 while the value heads learn
     reweight_interventions: bool = False  # intervention steps weighted by g instead of 1
     huber_delta: float = 1.0
-    utd_ratio: float = 1.0               # updates per environment step
-    learning_starts: int = 0
-    publish_every: int = 25
-    checkpoint_every_s: float = 20.0
 
     def __post_init__(self) -> None:
-        for key in ("batch_size", "publish_every"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"algo.{key} must be >= 1, got {getattr(self, key)}")
-        if self.warmup < 0 or self.utd_ratio <= 0:
-            raise ValueError("algo.warmup must be >= 0 and algo.utd_ratio > 0")
+        if self.warmup < 0:
+            raise ValueError(f"algo.warmup must be >= 0, got {self.warmup}")
 
 
 class ValueHeads(nn.Module):
@@ -134,8 +125,8 @@ class HABC:
         self.value_opt = torch.optim.Adam(self.heads.parameters(), lr=config.value_lr)
         self.num_updates = 0
 
-    def sample_batch(self, buffer: ReplayBuffer, action_spec: ActionSpec) -> dict[str, torch.Tensor]:
-        return sample_chunk_windows(buffer, action_spec, self.cfg.batch_size, self.horizon)
+    def sample_batch(self, buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: int) -> dict[str, torch.Tensor]:
+        return sample_chunk_windows(buffer, action_spec, batch_size, self.horizon)
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         loss_v, loss_e, (z_s, ve_s, z_next, ve_next, success_end) = value_losses(self.heads, batch,
@@ -159,6 +150,9 @@ class HABC:
         return {"actor_loss": actor_loss.item(), "viability_loss": loss_v.item(), "efficiency_loss": loss_e.item(),
                 "gate_mean": g.mean().item(), "weight_zero_fraction": (w == 0).float().mean().item()}
 
+    def on_episode(self, episode_return: float, partition: str = "online") -> None:
+        """Nothing to do at an episode end (the ``Algorithm`` contract)."""
+
     def state_dict(self) -> dict:
         return {"actor": self.actor.state_dict(), "heads": self.heads.state_dict(),
                 "actor_opt": self.actor_opt.state_dict(), "value_opt": self.value_opt.state_dict(),
@@ -172,4 +166,3 @@ class HABC:
         self.num_updates = int(state["num_updates"])
 
 
-register("algo", "habc", HABCConfig, HABC)

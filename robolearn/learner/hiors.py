@@ -28,7 +28,6 @@ from torch import nn
 
 from robolearn.buffer.replay_buffer import ReplayBuffer
 from robolearn.learner.chunk_batch import sample_chunk_windows
-from robolearn.registry import register
 from robolearn.specs import ActionSpec
 
 
@@ -37,24 +36,18 @@ class HiORSConfig:
     """``algo=hiors``."""
 
     name: str = "hiors"
-    batch_size: int = 256
     actor_lr: float = 3e-4
     initial_threshold: float = -math.inf
     threshold_quantile: float = 0.5
     threshold_window: int = 50          # episodes
     min_episode_steps: int = 5
     noop_tolerance: float = 1e-3        # normalised action units
-    utd_ratio: float = 1.0
-    learning_starts: int = 0
-    publish_every: int = 25
-    checkpoint_every_s: float = 20.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.threshold_quantile <= 1:
             raise ValueError(f"algo.threshold_quantile must be in [0, 1], got {self.threshold_quantile}")
-        for key in ("batch_size", "threshold_window", "publish_every"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"algo.{key} must be >= 1, got {getattr(self, key)}")
+        if self.threshold_window < 1:
+            raise ValueError(f"algo.threshold_window must be >= 1, got {self.threshold_window}")
 
 
 class AcceptanceThreshold:
@@ -91,9 +84,9 @@ class HiORS:
         if partition != "demo":
             self.threshold.observe(episode_return)
 
-    def sample_batch(self, buffer: ReplayBuffer, action_spec: ActionSpec) -> dict[str, torch.Tensor]:
+    def sample_batch(self, buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: int) -> dict[str, torch.Tensor]:
         m = self.threshold.value
-        return sample_chunk_windows(buffer, action_spec, self.cfg.batch_size, self.horizon,
+        return sample_chunk_windows(buffer, action_spec, batch_size, self.horizon,
                                     min_return=None if m == -math.inf else m,
                                     min_episode_steps=self.cfg.min_episode_steps)
 
@@ -123,4 +116,3 @@ class HiORS:
         self.threshold.returns.extend(state["threshold_returns"].tolist())
 
 
-register("algo", "hiors", HiORSConfig, HiORS)

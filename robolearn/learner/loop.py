@@ -1,11 +1,13 @@
 """The learner process: ingest transitions, persist them, update, publish weights, checkpoint.
 
-    loop (the same for every algorithm: ``algo=sac|habc|hiors``):
+    loop (the same for every algorithm: ``algo=sac|habc|hiors``; the schedule is ``learner.*``):
         drain the transitions socket -> validate -> persist in the replay buffer (the ack point)
         while updates < utd * (env_steps - max(learning_starts, batch_size)):
-            algo.update(algo.sample_batch(buffer))
-        every ``publish_every`` updates: version += 1, PUB the actor weights (+ heartbeat re-sends)
-        every ``checkpoint_every_s``: atomic checkpoint (weights, optimisers, temperature, RNG, counters)
+            algo.update(algo.sample_batch(buffer, action_spec, batch_size))
+        every ``publish_every`` updates: version += 1, PUB the actor weights with a ``LearnerStatus``
+        (+ heartbeat re-sends); every ``checkpoint_every_s``: an atomic checkpoint (``robolearn.checkpoint``)
+
+The loop owns the schedule; the algorithm (``learner.algorithm.Algorithm``) owns only its losses.
 
 The learner also owns the run's rerun recording and the metrics log, because every transition and
 every loss passes through it.
@@ -19,30 +21,32 @@ import queue
 import random
 import sys
 import time
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 import zmq
 
-from robolearn import registry
 from robolearn.buffer.prefetch import Prefetcher
 from robolearn.buffer.replay_buffer import ReplayBuffer
-from robolearn.config import RunConfig
+from robolearn.builders import build_policy, task_specs
+from robolearn.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from robolearn.learner.algorithm import Algorithm
 from robolearn.logging.recording import Recording
 from robolearn.logging.status import MetricsLog, write_json_atomic
-from robolearn.runtime.process import StopFlag
-from robolearn.runtime.rundir import RunDir
+from robolearn.registry import lookup
+from robolearn.rundir import RunDir
 from robolearn.specs import SpecError
-from robolearn.transport.sockets import bind_random_port, send
-from robolearn.transport.weight_sync import DeltaPublisher
+from robolearn.stop_flag import StopFlag
+from robolearn.transport.learner_status import LearnerStatus
+from robolearn.transport.sockets import bind_random_port
+from robolearn.transport.weights import WeightPublisher
 from robolearn.transport.wire import RejectCounter, WireError, decode
 
+if TYPE_CHECKING:  # the config is built above this layer (robolearn.config); only its type is named here
+    from robolearn.config import RunConfig
+
 TRANSITIONS = frozenset({"transitions"})
-
-
-def weights_arrays(policy: torch.nn.Module) -> dict[str, np.ndarray]:
-    return {k: v.detach().cpu().numpy() for k, v in policy.state_dict().items()}
 
 
 def lag_stats(histogram: collections.Counter) -> dict[str, float]:
@@ -59,17 +63,16 @@ def lag_stats(histogram: collections.Counter) -> dict[str, float]:
 class Learner:
     def __init__(self, run: RunDir, cfg: RunConfig, stop: StopFlag) -> None:
         self.run, self.cfg, self.stop = run, cfg, stop
-        torch.set_num_threads(cfg.runtime.learner_threads)
+        self.schedule = cfg.learner
+        torch.set_num_threads(self.schedule.threads)
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
-        env, self.policy = registry.build_task_and_policy(cfg)
-        self.obs_spec, self.action_spec = env.observation_spec, env.action_spec
-        env.close()
-        self.algo = registry.lookup("algo", cfg.algo.name).factory(self.policy, cfg.algo, cfg.seed)
+        self.obs_spec, self.action_spec = task_specs(cfg)  # the robot is not connected: actors own it
+        self.policy = build_policy(cfg, self.obs_spec, self.action_spec)
+        self.algo: Algorithm = lookup("algo", cfg.algo.name).factory(self.policy, cfg.algo, cfg.seed)
         self.rejects = RejectCounter()
         self.version = 0
-        self.weight_sync = DeltaPublisher(cfg.runtime.weights_full_every)
         self.episodes = 0
         self.successes = 0
         self.recent = collections.deque(maxlen=50)
@@ -81,24 +84,22 @@ class Learner:
         self._steps_at_episode_end = 0
         self._announced = (0, 0)  # (updates, env steps) at the last sync-mode announcement
         self._replay_rng: dict | None = None  # replay generator state after the last consumed batch
-        b = cfg.buffer
-        self.buffer = ReplayBuffer(run.buffer, self.obs_spec, self.action_spec, b.capacity, b.ram_budget_mb, b.fsync,
-                                   b.fsync_interval_s, b.segment_mb, seed=cfg.seed)
+        store = cfg.buffer
+        self.buffer = ReplayBuffer(run.buffer, self.obs_spec, self.action_spec, store.capacity, store.ram_budget_mb,
+                                   store.fsync, store.fsync_interval_s, store.segment_mb, seed=cfg.seed)
         self._restore()
         self._report_buffer()
 
     # --- start-up ------------------------------------------------------------------------------
     def _restore(self) -> None:
-        path = self.run.checkpoint
-        if not path.exists():
+        if not self.run.checkpoint.exists():
             return
-        state = torch.load(path, weights_only=True)  # our own file, tensors and primitives only
-        self.algo.load_state_dict(state["algo"])
-        self.version = int(state["version"])
-        self.buffer.rng.bit_generator.state = state["replay_rng"]
-        torch.set_rng_state(state["torch_rng"])
-        self.resumed_from = {"updates": self.algo.num_updates, "version": self.version,
-                             "env_steps": int(state["env_steps"])}
+        ckpt = load_checkpoint(self.run.checkpoint)
+        self.algo.load_state_dict(ckpt.algo)
+        self.version = ckpt.version
+        self.buffer.rng.bit_generator.state = ckpt.replay_rng
+        torch.set_rng_state(ckpt.torch_rng)
+        self.resumed_from = {"updates": self.algo.num_updates, "version": self.version, "env_steps": ckpt.env_steps}
 
     def _report_buffer(self) -> None:
         for problem in self.buffer.log.problems:
@@ -127,10 +128,11 @@ class Learner:
     def _sample(self) -> tuple[dict, dict]:
         """A batch and the replay generator's state right after drawing it (prefetch thread or inline)."""
         with self.buffer.lock:
-            return self.algo.sample_batch(self.buffer, self.action_spec), self.buffer.rng.bit_generator.state
+            batch = self.algo.sample_batch(self.buffer, self.action_spec, self.schedule.batch_size)
+            return batch, self.buffer.rng.bit_generator.state
 
     def start_prefetch(self) -> Prefetcher | None:
-        depth = self.cfg.runtime.prefetch_batches
+        depth = self.schedule.prefetch_batches
         return Prefetcher(self._sample, depth) if depth else None
 
     def update_once(self, prefetch: Prefetcher | None = None) -> dict[str, float]:
@@ -146,11 +148,10 @@ class Learner:
         ctx = zmq.Context()
         pull = ctx.socket(zmq.PULL)
         pull.setsockopt(zmq.RCVHWM, 10000)
-        pub = ctx.socket(zmq.PUB)
-        pub.setsockopt(zmq.SNDHWM, 4)
+        self.publisher = pub = WeightPublisher(ctx, cfg.runtime.host, self.schedule.weights_full_every)
         endpoints = {
             "transitions": bind_random_port(pull, cfg.runtime.host),
-            "weights": bind_random_port(pub, cfg.runtime.host),
+            "weights": pub.endpoint,
             "next_episode_id": self.max_episode_id + 1,
             "learner_pid": os.getpid(),
         }
@@ -165,7 +166,7 @@ class Learner:
         print(f"[learner] listening: transitions {endpoints['transitions']}, weights {endpoints['weights']}",
               flush=True)
 
-        algo_cfg = cfg.algo
+        schedule = self.schedule
         t_start = time.monotonic()
         last = {"heartbeat": t_start, "status": 0.0, "metrics": t_start, "checkpoint": t_start}
         updates_at_last_metrics = self.algo.num_updates
@@ -178,18 +179,18 @@ class Learner:
                     metrics = self.update_once(prefetch)
                 except (queue.Empty, RuntimeError):  # nothing sampleable yet: keep ingesting, watch the stop flag
                     continue
-                if self.algo.num_updates % algo_cfg.publish_every == 0:
+                if self.algo.num_updates % schedule.publish_every == 0:
                     self.version += 1
                     self._publish(pub)
                     last["heartbeat"] = time.monotonic()
                 if self.algo.num_updates % 10 == 0:
                     self.recording.log_learner(self.algo.num_updates, metrics)
             else:
-                if cfg.runtime.learning == "sync":
+                if schedule.learning == "sync":
                     self._announce_caught_up(pub)
                 poller.poll(timeout=5)
             now = time.monotonic()
-            if now - last["heartbeat"] >= cfg.runtime.weights_heartbeat_s:
+            if now - last["heartbeat"] >= schedule.weights_heartbeat_s:
                 self._publish(pub, full=True)  # late subscribers get the latest version within a heartbeat
                 last["heartbeat"] = now
             if now - last["status"] >= cfg.runtime.status_every_s:
@@ -199,7 +200,7 @@ class Learner:
                 self.updates_per_s = (self.algo.num_updates - updates_at_last_metrics) / (now - last["metrics"])
                 updates_at_last_metrics, last["metrics"] = self.algo.num_updates, now
                 self.metrics_log.write({**self._counters(), **metrics})
-            if now - last["checkpoint"] >= algo_cfg.checkpoint_every_s:
+            if now - last["checkpoint"] >= schedule.checkpoint_every_s:
                 self.checkpoint()
                 last["checkpoint"] = now
 
@@ -216,7 +217,7 @@ class Learner:
         self.recording.close()
         self.metrics_log.close()
         pull.close(linger=0)
-        pub.close(linger=0)
+        pub.close()
         ctx.term()
 
     def _ingest(self, pull: zmq.Socket, max_messages: int) -> int:
@@ -243,26 +244,21 @@ class Learner:
             if arrays["terminated"][-1] or arrays["truncated"][-1]:
                 self._count_episode(bool(arrays["success"][-1]))
                 self._steps_at_episode_end = self.env_steps
-                if hasattr(self.algo, "on_episode"):  # e.g. Hi-ORS moves its acceptance threshold
-                    ep = self.buffer.episode(msg.sender, int(arrays["episode_id"][-1]))
-                    self.algo.on_episode(ep.ret)
+                ep = self.buffer.episode(msg.sender, int(arrays["episode_id"][-1]))
+                self.algo.on_episode(ep.ret)  # e.g. Hi-ORS moves its acceptance threshold
             self.recording.log_transitions(msg.sender, msg.arrays)
             got += 1
         return got
 
     def _updates_due(self) -> float:
         """utd * (learnable steps - max(learning_starts, batch_size)). Learnable: every ingested step; with
-        ``runtime.learning=sync`` only the steps of ended episodes, so the learner updates only while the
+        ``learner.learning=sync`` only the steps of ended episodes, so the learner updates only while the
         robot waits at an episode end (strict alternation, the sync baseline)."""
-        steps = self._steps_at_episode_end if self.cfg.runtime.learning == "sync" else self.env_steps
-        return self.cfg.algo.utd_ratio * (steps - self._learning_start())
+        steps = self._steps_at_episode_end if self.schedule.learning == "sync" else self.env_steps
+        return self.schedule.utd_ratio * (steps - self.schedule.learning_start)
 
-    def _learning_start(self) -> int:
-        """Env steps before the first update: ``learning_starts``, and at least one batch."""
-        return max(self.cfg.algo.learning_starts, self.cfg.algo.batch_size)
-
-    def _announce_caught_up(self, pub: zmq.Socket) -> None:
-        """``runtime.learning=sync``: once every update due for the ingested steps is done, tell the actors
+    def _announce_caught_up(self, pub: WeightPublisher) -> None:
+        """``learner.learning=sync``: once every update due for the ingested steps is done, tell the actors
         (they wait at each episode end) and hand them the newest weights."""
         if self.algo.num_updates != self._announced[0]:
             self.version += 1  # the updates since the last publication become a version now
@@ -273,16 +269,16 @@ class Learner:
             return
         self._announced = (self.algo.num_updates, self.env_steps)
 
-    def _publish(self, pub: zmq.Socket, full: bool = False) -> None:
-        """PUB the actor weights: a sparse delta from the previous version when that is smaller
-        (``transport.weight_sync``), a full snapshot on heartbeats and every ``runtime.weights_full_every``."""
-        cfg = self.cfg.algo
-        # actors may run max_steps_ahead beyond the steps the updates done so far have used
-        allowed = self._learning_start() + self.algo.num_updates / cfg.utd_ratio + self.cfg.runtime.max_steps_ahead
-        meta = {"version": self.version, "updates": self.algo.num_updates, "env_steps": self.env_steps,
-                "allowed_env_steps": int(allowed), "caught_up": self.algo.num_updates >= self._updates_due()}
-        sync_meta, arrays = self.weight_sync.encode(self.version, weights_arrays(self.policy), force_full=full)
-        send(pub, "weights", "learner", self.version, {**meta, **sync_meta}, arrays)
+    def status(self) -> LearnerStatus:
+        """What actors read from every weights message (``transport.learner_status``)."""
+        learned = self.schedule.learning_start + self.algo.num_updates / self.schedule.utd_ratio
+        return LearnerStatus(version=self.version, updates=self.algo.num_updates, env_steps=self.env_steps,
+                             learned_env_steps=int(learned), caught_up=self.algo.num_updates >= self._updates_due())
+
+    def _publish(self, pub: WeightPublisher, full: bool = False) -> None:
+        """PUB the actor weights: a sparse delta from the previous version when that is smaller, a full snapshot
+        on heartbeats and every ``learner.weights_full_every`` versions."""
+        pub.publish(self.version, self.policy, self.status(), full=full)
 
     def _counters(self) -> dict:
         return {
@@ -300,7 +296,7 @@ class Learner:
             "policy_lag_histogram": {str(k): v for k, v in sorted(self.policy_lag.items())},
             "buffer_records": self.buffer.log.num_records,
             # bytes of weights published / bytes had every version gone out in full (sparse deltas < 1)
-            "weights_bytes_ratio": self.weight_sync.bytes_sent / max(1, self.weight_sync.bytes_full),
+            "weights_bytes_ratio": self.publisher.bytes_ratio,
         })
 
     def checkpoint(self) -> None:
@@ -308,18 +304,8 @@ class Learner:
         if replay_rng is None:  # nothing consumed yet
             with self.buffer.lock:  # the prefetch thread draws from the same generator
                 replay_rng = self.buffer.rng.bit_generator.state
-        state = {
-            "algo": self.algo.state_dict(), "version": self.version, "env_steps": self.env_steps,
-            "replay_rng": replay_rng, "torch_rng": torch.get_rng_state(),
-        }
-        path: Path = self.run.checkpoint
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        save_checkpoint(self.run.checkpoint, Checkpoint(self.algo.state_dict(), self.version, self.env_steps,
+                                                        replay_rng, torch.get_rng_state()))
 
 
 def main(run: RunDir, cfg: RunConfig) -> int:

@@ -33,7 +33,6 @@ from torch import nn
 from robolearn.buffer.replay_buffer import ReplayBuffer
 from robolearn.policies.encoders import random_shift
 from robolearn.policies.mlp import GaussianChunkPolicy, gripper_class
-from robolearn.registry import register
 from robolearn.specs import ActionSpec
 
 
@@ -51,14 +50,9 @@ class SACConfig:
     critic_lr: float = 1e-3
     temperature_lr: float = 3e-4
     init_temperature: float = 0.1
-    batch_size: int = 128
-    utd_ratio: float = 1.0         # critic updates per environment step
     actor_update_every: int = 1    # actor (and temperature) updated every k critic updates
-    learning_starts: int = 500     # environment steps before the first update
     demo_ratio: float = 0.5        # RLPD: share of each batch drawn from demo + intervention steps (when any)
     image_shift_pad: int = 4       # random-shift augmentation of camera frames, pixels (0: off)
-    publish_every: int = 25        # publish weights every K updates
-    checkpoint_every_s: float = 20.0
 
     def __post_init__(self) -> None:
         if self.num_critics < 2 or not 1 <= self.critic_subset <= self.num_critics:
@@ -68,13 +62,10 @@ class SACConfig:
             raise ValueError(f"algo.gamma must be in (0, 1], got {self.gamma}")
         if not 0 < self.tau <= 1:
             raise ValueError(f"algo.tau must be in (0, 1], got {self.tau}")
-        if self.utd_ratio <= 0:
-            raise ValueError(f"algo.utd_ratio must be > 0, got {self.utd_ratio}")
         if not 0 <= self.demo_ratio < 1:
             raise ValueError(f"algo.demo_ratio must be in [0, 1), got {self.demo_ratio}")
-        for key in ("batch_size", "actor_update_every", "publish_every"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"algo.{key} must be >= 1, got {getattr(self, key)}")
+        if self.actor_update_every < 1:
+            raise ValueError(f"algo.actor_update_every must be >= 1, got {self.actor_update_every}")
 
 
 class EnsembleLinear(nn.Module):
@@ -193,7 +184,7 @@ class SAC:
         self.num_updates = 0
         self._last_actor_metrics: dict[str, float] = {}
 
-    def sample_batch(self, buffer: ReplayBuffer, action_spec: ActionSpec) -> dict[str, torch.Tensor]:
+    def sample_batch(self, buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: int) -> dict[str, torch.Tensor]:
         """One batch of H-step windows (RLPD: ``demo_ratio`` of it from demo and intervention steps, pooled
         by size, the rest online; all online while there are none): obs (B, D), action (B, H * A) in
         [-1, 1], reward (B,) H-step return, discount (B,), next_obs (B, D)."""
@@ -204,7 +195,7 @@ class SAC:
             r = self.cfg.demo_ratio
             mix = {"online": 1 - r, "demo": r * sizes["demo"] / offline,
                    "intervention": r * sizes["intervention"] / offline}
-        b = buffer.sample(self.cfg.batch_size, horizon=self.actor.horizon, gamma=self.cfg.gamma, mix=mix)
+        b = buffer.sample(batch_size, horizon=self.actor.horizon, gamma=self.cfg.gamma, mix=mix)
         action = action_spec.to_normalised(b["action"]).reshape(len(b["action"]), -1)
         batch = {"action": torch.from_numpy(action), "reward": torch.from_numpy(b["reward"]),
                  "discount": torch.from_numpy(b["discount"])}
@@ -288,6 +279,9 @@ class SAC:
         return metrics
 
     # --- checkpointing: everything needed for the next update to equal an uninterrupted run's
+    def on_episode(self, episode_return: float, partition: str = "online") -> None:
+        """Nothing to do at an episode end (the ``Algorithm`` contract)."""
+
     def state_dict(self) -> dict:
         return {
             "actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
@@ -313,4 +307,3 @@ class SAC:
         self.num_updates = int(state["num_updates"])
 
 
-register("algo", "sac", SACConfig, SAC)

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -21,66 +21,33 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from robolearn.actor.chunking import ChunkingConfig
+from robolearn.builders import robot_type
 from robolearn.config import RunConfig
 from robolearn.hardware.resources import LeaseManager, resources_for
 from robolearn.logging.status import read_json, write_json_atomic
-from robolearn.registry import register, robot_type
-from robolearn.runtime.rundir import RunDir
+from robolearn.rundir import RunDir
 from robolearn.transport.sockets import is_loopback
 
 
 @dataclass
 class LocalRuntimeConfig:
-    """``runtime=local``."""
+    """``runtime=local``: a learner and ``num_actors`` actor processes on this machine, over loopback zmq."""
 
     name: str = "local"
-    host: str = "127.0.0.1"
+    host: str = "127.0.0.1"       # bind address; a non-loopback host needs CurveZMQ keys
     num_actors: int = 1
-    realtime: bool = False
-    max_steps_ahead: int = 200
-    send_every: int = 10
-    learner_threads: int = 1
-    actor_threads: int = 1
-    prefetch_batches: int = 2     # batches the learner samples ahead on a background thread (0: inline)
-    weights_heartbeat_s: float = 1.0
-    weights_full_every: int = 20  # publish a full snapshot at least every this many versions (else sparse deltas)
     lease_ttl_s: float = 5.0      # an actor's robot lease expires this long after its last heartbeat
-    status_every_s: float = 0.5
+    status_every_s: float = 0.5   # each process rewrites its status file this often
     startup_timeout_s: float = 120.0
     shutdown_timeout_s: float = 30.0
-    live_console: bool = True
-    chunking: ChunkingConfig = field(default_factory=ChunkingConfig)  # how actors ask for and splice chunks
-    inference_delay_ticks: int = 0  # sim (realtime=false) only: each inference takes this many ticks
-    async_inference: bool = False   # realtime: run the policy on a worker thread instead of inside the tick
-    learning: str = "async"         # async: acting and learning overlap | sync: at each episode end the robot
-                                    # waits until the learner has done the updates due (the baseline)
-    max_policy_lag: int = 0         # actors wait while the learner is more than this many versions ahead of
-                                    # the weights they act with (0: never)
-    human: str = "none"             # none | scripted: a scripted human (sim.intervention) takes over when the
-                                    # robot drifts off course (interventions for HABC / Hi-ORS / RLPD)
+    live_console: bool = True     # rich live line on a terminal; plain lines every 10 s otherwise
 
     def __post_init__(self) -> None:
-        for key in ("num_actors", "send_every", "learner_threads", "actor_threads", "weights_full_every"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"runtime.{key} must be >= 1, got {getattr(self, key)}")
+        if self.num_actors < 1:
+            raise ValueError(f"runtime.num_actors must be >= 1, got {self.num_actors}")
         if not is_loopback(self.host):
             raise ValueError(f"runtime.host={self.host!r} is not a loopback address: a non-loopback bind needs "
                              "CurveZMQ keys, which this version cannot configure yet; keep runtime.host=127.0.0.1")
-        if self.learning not in ("async", "sync"):
-            raise ValueError(f"runtime.learning must be async or sync, got {self.learning!r}")
-        if self.learning == "sync" and self.num_actors != 1:
-            raise ValueError("runtime.learning=sync is a one-robot baseline; set runtime.num_actors=1")
-        if self.max_policy_lag < 0:
-            raise ValueError(f"runtime.max_policy_lag must be >= 0, got {self.max_policy_lag}")
-        if self.human not in ("none", "scripted"):
-            raise ValueError(f"runtime.human must be none or scripted, got {self.human!r}")
-        if self.prefetch_batches < 0:
-            raise ValueError(f"runtime.prefetch_batches must be >= 0, got {self.prefetch_batches}")
-        if self.inference_delay_ticks < 0:
-            raise ValueError(f"runtime.inference_delay_ticks must be >= 0, got {self.inference_delay_ticks}")
-        if self.max_steps_ahead < 0:
-            raise ValueError(f"runtime.max_steps_ahead must be >= 0, got {self.max_steps_ahead}")
 
 
 class _Proc:
@@ -283,6 +250,3 @@ def _print_summary(console: Console, s: dict) -> None:
     ):
         table.add_row(label, fmt.format(s.get(key)))
     console.print(table)
-
-
-register("runtime", "local", LocalRuntimeConfig, run_local)

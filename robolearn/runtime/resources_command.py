@@ -10,7 +10,7 @@ from rich.table import Table
 
 from robolearn.hardware.resources import LeaseClient
 from robolearn.logging.status import read_json
-from robolearn.runtime.rundir import RunDir
+from robolearn.rundir import RunDir
 
 
 def main(argv: list[str]) -> int:

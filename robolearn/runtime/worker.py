@@ -9,14 +9,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from robolearn.runtime.builtins import register_builtins
 from robolearn.config import load_run_config
-from robolearn.runtime.rundir import RunDir
+from robolearn.rundir import RunDir
 
 
 def main(argv: list[str]) -> int:
     if len(argv) < 2 or argv[0] not in ("learner", "actor"):
         print("usage: python -m robolearn.runtime.worker {learner|actor} RUN_DIR [INDEX]", file=sys.stderr)
         return 2
+    register_builtins()
     run = RunDir(Path(argv[1]))
     cfg = load_run_config(run.config)
     if argv[0] == "learner":

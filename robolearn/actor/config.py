@@ -1,0 +1,34 @@
+"""``actor.*``: how each actor drives its robot: pacing, inference, chunking, the human, flow control."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from robolearn.actor.chunking import ChunkingConfig
+
+HUMANS = ("none", "scripted")
+
+
+@dataclass
+class ActorConfig:
+    realtime: bool = False          # true: pace each actor at its robot's control_hz (as hardware runs)
+    async_inference: bool = False   # realtime: run the policy on a worker thread instead of inside the tick
+    inference_delay_ticks: int = 0  # sim (realtime=false) only: each inference takes this many ticks
+    chunking: ChunkingConfig = field(default_factory=ChunkingConfig)  # how to ask for and splice chunks
+    human: str = "none"             # none | scripted: a scripted human (sim.intervention) takes over when the
+                                    # robot drifts off course (interventions for HABC / Hi-ORS / RLPD)
+    max_policy_lag: int = 0         # wait while the learner is more than this many versions ahead of the
+                                    # weights this actor acts with (0: never)
+    max_steps_ahead: int = 200      # sim only: env steps an actor may run ahead of the learner's utd_ratio
+    send_every: int = 10            # steps per transition batch (and always at an episode end)
+    threads: int = 1                # torch threads of each actor process
+
+    def __post_init__(self) -> None:
+        for key in ("send_every", "threads"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"actor.{key} must be >= 1, got {getattr(self, key)}")
+        for key in ("max_policy_lag", "inference_delay_ticks", "max_steps_ahead"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"actor.{key} must be >= 0, got {getattr(self, key)}")
+        if self.human not in HUMANS:
+            raise ValueError(f"actor.human must be none or scripted, got {self.human!r}")

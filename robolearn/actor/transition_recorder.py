@@ -1,0 +1,40 @@
+"""An ``EpisodeLoop`` subscriber that turns executed steps into transition batches (``robolearn.transition``)
+and hands each batch to ``deliver``: the actor PUSHes it to the learner, a benchmark appends it to a
+buffer. Nothing is lost: a batch goes out every ``send_every`` steps, at the episode end (with the final
+observation), and when the episode is stopped early (marked truncated, up to the last executed step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from robolearn.actor.episode import EpisodeResult, StepRecord
+from robolearn.specs import ObservationSpec
+from robolearn.transition import TransitionWriter
+
+Deliver = Callable[[dict[str, np.ndarray]], None]
+
+
+class TransitionRecorder:
+    def __init__(self, obs_spec: ObservationSpec, deliver: Deliver, send_every: int | None = None) -> None:
+        """``send_every``: steps per batch within an episode (None: one batch per episode)."""
+        self.obs_spec, self.deliver, self.send_every = obs_spec, deliver, send_every
+        self.writer = TransitionWriter(obs_spec)
+
+    def on_episode_start(self, episode_id: int, seed: int, obs: dict[str, np.ndarray]) -> None:  # noqa: ARG002
+        self.writer = TransitionWriter(self.obs_spec)
+
+    def on_step(self, step: StepRecord) -> None:
+        self.writer.add(step.obs, step.action, reward=step.reward, terminated=step.terminated,
+                        truncated=step.truncated, success=step.success, episode_id=step.episode_id, step=step.step,
+                        tick=step.tick, t_obs=step.t_obs, t_act=step.t_act, **step.fields)
+        if step.done:
+            self.deliver(self.writer.flush(final_obs=step.next_obs))
+        elif self.send_every is not None and len(self.writer) >= self.send_every:
+            self.deliver(self.writer.flush())
+
+    def on_episode_end(self, result: EpisodeResult) -> None:
+        if result.stopped and len(self.writer):  # stopped mid-episode: deliver what was done, marked truncated
+            self.deliver(self.writer.flush(final_obs=result.final_obs, truncate=True))

@@ -1,0 +1,138 @@
+"""Any lerobot ``Robot`` as a HAL robot: ``robot=so101`` (lerobot's ``so101_follower``) and friends.
+
+The lerobot robot is built from its registered config type (``RobotConfig.get_choice_class``), so
+lerobot's own driver code runs unchanged: connection, calibration, bus I/O, its safety clamps. This
+adapter adds robolearn's contract on top:
+- observation ``state`` = motor positions then velocities (velocities by finite difference of
+  consecutive readings; lerobot reports positions only), cameras as uint8 images, the same names,
+  shapes and units as the MuJoCo twin (``robot=sim_so101``), built by ``joint_specs``;
+- action = motor position targets; ``send_action`` rejects non-finite values and clips to the joint
+  limits derived from the motors' calibration before lerobot sees them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from robolearn.hardware.robot import RobotSpecs, joint_specs, safe_action
+from robolearn.specs import ArraySpec, ObservationSpec
+
+
+@dataclass
+class LerobotRobotConfig:
+    """``robot=so101`` (or any lerobot robot type)."""
+
+    name: str = "so101"
+    type: str = "so101_follower"        # lerobot's registered robot config name
+    port: str = "/dev/ttyACM0"
+    id: str = "robolearn_follower"      # lerobot calibration id
+    calibration_dir: str | None = None  # default: lerobot's calibration folder
+    control_hz: float = 25.0
+
+
+def import_device_modules(package) -> None:
+    """Import lerobot's device subpackages (robots, teleoperators): their configs register on import."""
+    for mod in pkgutil.iter_modules(package.__path__):
+        if mod.ispkg:
+            try:
+                importlib.import_module(f"{package.__name__}.{mod.name}")
+            except ImportError:  # a device whose optional dependencies are not installed
+                pass
+
+
+def lerobot_config_class(base, package, type_name: str, key: str):
+    """The lerobot config class registered as ``type_name`` under ``base`` (RobotConfig, TeleoperatorConfig);
+    a ValueError naming ``key`` and the known types otherwise."""
+    import_device_modules(package)
+    try:
+        return base.get_choice_class(type_name)
+    except KeyError:
+        raise ValueError(f"{key}={type_name!r} is not a lerobot {package.__name__.split('.')[-1]} type; "
+                         f"known: {sorted(base.get_known_choices())}") from None
+
+
+def make_lerobot_robot(config: LerobotRobotConfig):
+    """lerobot's own robot object for ``config.type`` (not connected)."""
+    import lerobot.robots
+    from lerobot.robots import RobotConfig
+    from lerobot.robots.utils import make_robot_from_config
+
+    cfg_cls = lerobot_config_class(RobotConfig, lerobot.robots, config.type, "robot.type")
+    kwargs = {"port": config.port, "id": config.id}
+    if config.calibration_dir:
+        kwargs["calibration_dir"] = Path(config.calibration_dir)
+    return make_robot_from_config(cfg_cls(**kwargs))
+
+
+def _limits(bus, motor: str) -> tuple[float, float, str]:
+    """(low, high, unit) of a motor's normalised position, from its norm mode and calibration (lerobot maps a
+    calibrated range to degrees around its middle)."""
+    m = bus.motors[motor]
+    mode = m.norm_mode.value
+    if mode == "degrees":
+        cal = bus.calibration.get(motor)
+        if cal is None:  # not calibrated yet (connect refuses it): the encoder's full turn
+            return -180.0, 180.0, "deg"
+        half = (cal.range_max - cal.range_min) / 2 * 360.0 / bus.model_resolution_table[m.model]
+        return -half, half, "deg"
+    if mode == "range_0_100":
+        return 0.0, 100.0, "0..100"
+    return -100.0, 100.0, "-100..100"
+
+
+class LerobotRobot(RobotSpecs):
+    """HAL ``Robot`` over a lerobot robot with a motor bus (``robot.bus``)."""
+
+    def __init__(self, config: LerobotRobotConfig, robot=None) -> None:
+        self.config = config
+        self.name = config.name
+        self.robot = robot if robot is not None else make_lerobot_robot(config)
+        bus = self.robot.bus
+        self.joints = [k.removesuffix(".pos") for k in self.robot.action_features]
+        limits = [_limits(bus, j) for j in self.joints]
+        obs, self._action_spec = joint_specs(self.joints, [u for _, _, u in limits], [lo for lo, _, _ in limits],
+                                             [hi for _, hi, _ in limits])
+        cams = {k: v for k, v in self.robot.observation_features.items() if isinstance(v, tuple)}
+        self._obs_spec = ObservationSpec({**obs.arrays, **{k: ArraySpec(tuple(v), dtype="uint8")
+                                                           for k, v in cams.items()}})
+        self._last: tuple[float, np.ndarray] | None = None
+
+    @property
+    def is_connected(self) -> bool:
+        return self.robot.is_connected
+
+    def connect(self) -> None:
+        self.robot.connect(calibrate=False)
+        if not self.robot.is_calibrated:
+            self.robot.disconnect()
+            raise RuntimeError(f"{self.config.type} on {self.config.port} is not calibrated: run lerobot's "
+                               "calibration (lerobot-calibrate) first")
+
+    def disconnect(self) -> None:
+        if self.robot.is_connected:
+            self.robot.disconnect()
+
+    def get_observation(self) -> dict[str, np.ndarray]:
+        raw = self.robot.get_observation()
+        now = time.perf_counter()
+        pos = np.array([raw[f"{j}.pos"] for j in self.joints], np.float32)
+        vel = np.zeros_like(pos)
+        if self._last is not None and now > self._last[0]:
+            vel = ((pos - self._last[1]) / (now - self._last[0])).astype(np.float32)
+        self._last = (now, pos)
+        obs = {"state": np.concatenate([pos, vel])}
+        for key, spec in self._obs_spec.arrays.items():
+            if key != "state":
+                obs[key] = np.asarray(raw[key], np.uint8).reshape(spec.shape)
+        return obs
+
+    def send_action(self, action: np.ndarray) -> np.ndarray:
+        sent = safe_action(action, self._action_spec)
+        done = self.robot.send_action({f"{j}.pos": float(v) for j, v in zip(self.joints, sent)})
+        return np.array([done[f"{j}.pos"] for j in self.joints], np.float32)

@@ -1,0 +1,42 @@
+"""``learner.*``: the learner loop's schedule, the same for every algorithm (each algorithm owns only its
+losses, ``algo.*``). Per-algorithm defaults live in ``configs/learner/<algo>.yaml``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LEARNING_MODES = ("async", "sync")
+
+
+@dataclass
+class LearnerConfig:
+    utd_ratio: float = 1.0           # updates per environment step
+    learning_starts: int = 0         # environment steps before the first update (and at least one batch)
+    batch_size: int = 256
+    publish_every: int = 25          # publish weights every this many updates
+    checkpoint_every_s: float = 20.0
+    prefetch_batches: int = 2        # batches sampled ahead on a background thread (0: inline)
+    threads: int = 1                 # torch threads of the learner process
+    learning: str = "async"          # async: acting and learning overlap | sync: at each episode end the robot
+                                     # waits until the learner has done the updates due (the baseline)
+    weights_heartbeat_s: float = 1.0  # a full weight snapshot at least this often (late joiners, missed deltas)
+    weights_full_every: int = 20     # and at least every this many versions; in between, sparse deltas
+
+    def __post_init__(self) -> None:
+        if self.utd_ratio <= 0:
+            raise ValueError(f"learner.utd_ratio must be > 0, got {self.utd_ratio}")
+        for key in ("batch_size", "publish_every", "threads", "weights_full_every"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"learner.{key} must be >= 1, got {getattr(self, key)}")
+        for key in ("learning_starts", "prefetch_batches"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"learner.{key} must be >= 0, got {getattr(self, key)}")
+        if self.checkpoint_every_s <= 0 or self.weights_heartbeat_s <= 0:
+            raise ValueError("learner.checkpoint_every_s and learner.weights_heartbeat_s must be > 0")
+        if self.learning not in LEARNING_MODES:
+            raise ValueError(f"learner.learning must be async or sync, got {self.learning!r}")
+
+    @property
+    def learning_start(self) -> int:
+        """Env steps before the first update: ``learning_starts``, and at least one batch."""
+        return max(self.learning_starts, self.batch_size)

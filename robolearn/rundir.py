@@ -1,0 +1,50 @@
+"""Where everything of a run lives: ``runs/<run_name>/``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RunDir:
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def endpoints(self) -> Path:
+        return self.root / "endpoints.json"
+
+    @property
+    def resources(self) -> Path:
+        return self.root / "resources.json"
+
+    @property
+    def buffer(self) -> Path:
+        return self.root / "buffer"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / "checkpoints" / "latest.pt"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.json"
+
+    def holds_data(self) -> bool:
+        """Whether a run got as far as collecting or learning anything (a start that failed earlier left only
+        its config behind, and the same run_name may start again)."""
+        return self.checkpoint.exists() or any(p.stat().st_size > 0 for p in self.buffer.glob("seg-*.log"))
+
+    def status(self, process: str) -> Path:
+        return self.root / "status" / f"{process}.json"
+
+    def log(self, process: str) -> Path:
+        return self.root / "logs" / f"{process}.log"

@@ -1,0 +1,43 @@
+"""The built-in tasks, robots, policies, algorithms and runtimes, registered by name.
+
+Called once by every entry point (``robolearn`` CLI, ``robolearn.runtime.worker``, the policy server,
+the test session) before any config is validated. Modules never register themselves on import, so
+importing one has no side effect and the registry imports nothing (no import cycles).
+"""
+
+from __future__ import annotations
+
+from robolearn import registry
+
+
+def register_builtins() -> None:
+    from robolearn.hardware.gym_adapter import GymTaskConfig, GymTaskEnv
+    from robolearn.hardware.lerobot_robot import LerobotRobot, LerobotRobotConfig
+    from robolearn.learner.habc import HABC, HABCConfig
+    from robolearn.learner.hiors import HiORS, HiORSConfig
+    from robolearn.learner.sac import SAC, SACConfig
+    from robolearn.policies.flow_chunk import FlowChunkPolicyConfig, make_flow_policy
+    from robolearn.policies.mlp import MLPPolicyConfig, make_policy
+    from robolearn.runtime.local import LocalRuntimeConfig, run_local
+    from robolearn.sim.cube_tasks import PickCubeColorConfig, PickCubeConfig, PickCubeEnv, PushCubeConfig, PushCubeEnv
+    from robolearn.sim.intervention import ScriptedHuman, ScriptedHumanConfig
+    from robolearn.sim.reach import ReachConfig, ReachEnv
+    from robolearn.sim.so101 import SimSO101, SimSO101Config
+
+    for group, name, config_cls, factory in (
+        ("task", "reach", ReachConfig, ReachEnv),
+        ("task", "pick_cube", PickCubeConfig, PickCubeEnv),
+        ("task", "pick_cube_color", PickCubeColorConfig, PickCubeEnv),
+        ("task", "push_cube", PushCubeConfig, PushCubeEnv),
+        ("task", "gym", GymTaskConfig, GymTaskEnv),
+        ("robot", "sim_so101", SimSO101Config, SimSO101),
+        ("robot", "so101", LerobotRobotConfig, LerobotRobot),
+        ("policy", "mlp", MLPPolicyConfig, make_policy),
+        ("policy", "flow_chunk", FlowChunkPolicyConfig, make_flow_policy),
+        ("algo", "sac", SACConfig, SAC),
+        ("algo", "habc", HABCConfig, HABC),
+        ("algo", "hiors", HiORSConfig, HiORS),
+        ("runtime", "local", LocalRuntimeConfig, run_local),
+        ("human", "scripted", ScriptedHumanConfig, ScriptedHuman),
+    ):
+        registry.register(group, name, config_cls, factory)

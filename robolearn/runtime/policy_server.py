@@ -1,0 +1,91 @@
+"""The policy server process: ``python -m robolearn.runtime.policy_server --task T --policy P ...``.
+
+An entry point: it registers the built-ins, builds the policy for the task's specs (opening no hardware)
+and serves it with ``inference.server.PolicyServer`` until SIGINT/SIGTERM. ``spawn_server`` starts one
+and waits until it is bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from robolearn.runtime.builtins import register_builtins
+from robolearn.inference.server import PolicyServer, build_runner
+
+
+def spawn_server(task: str, policy: str, weights: str | None, endpoint_file: Path, port: int = 0,
+                 policy_config: dict | None = None, extra_args: list[str] | None = None,
+                 timeout_s: float = 120.0) -> tuple[subprocess.Popen, str]:
+    """Start ``python -m robolearn.runtime.policy_server`` and wait until it is bound; returns (process, endpoint).
+    Its output goes to ``endpoint_file`` with the suffix ``.log``."""
+    endpoint_file = Path(endpoint_file)
+    endpoint_file.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "robolearn.runtime.policy_server", "--task", task, "--policy", policy,
+           "--policy-config", json.dumps(policy_config or {}), "--port", str(port),
+           "--endpoint-file", str(endpoint_file), *(["--weights", str(weights)] if weights else []),
+           *(extra_args or [])]
+    log = open(endpoint_file.with_suffix(".log"), "ab")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout_s
+    while not endpoint_file.exists():
+        if proc.poll() is not None:
+            raise RuntimeError(f"policy server exited with {proc.returncode}: "
+                               f"{endpoint_file.with_suffix('.log').read_text()[-2000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise TimeoutError(f"policy server not bound after {timeout_s:.0f} s")
+        time.sleep(0.05)
+    return proc, json.loads(endpoint_file.read_text())["endpoint"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--task", required=True)
+    ap.add_argument("--policy", required=True)
+    ap.add_argument("--weights", help="state dict file (torch.save) for the policy")
+    ap.add_argument("--checkpoint", help="a run's checkpoint (runs/<name>/checkpoints/latest.pt) for the policy")
+    ap.add_argument("--policy-config", default="{}", help="JSON of policy config fields, e.g. '{\"chunk_horizon\": 8}'")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0, help="0 = a free port")
+    ap.add_argument("--endpoint-file", help="write {\"endpoint\": ...} here once bound")
+    ap.add_argument("--weights-endpoint", help="the learner's weight PUB endpoint to follow")
+    ap.add_argument("--max-batch", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads for the forward pass")
+    ap.add_argument("--extra-latency-ms", type=float, nargs=2, metavar=("LOW", "HIGH"),
+                    help="answer each batch after a uniform draw in [LOW, HIGH] ms (emulates a heavier model)")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    register_builtins()
+    runner = build_runner(args.task, args.policy, args.weights, json.loads(args.policy_config), args.checkpoint)
+    server = PolicyServer(runner, args.host, args.port, args.max_batch, args.weights_endpoint,
+                          tuple(args.extra_latency_ms) if args.extra_latency_ms else None)
+    if args.endpoint_file:
+        tmp = Path(args.endpoint_file + ".tmp")
+        tmp.write_text(json.dumps({"endpoint": server.endpoint, "pid": os.getpid()}))
+        tmp.replace(args.endpoint_file)
+    print(f"policy server on {server.endpoint} ({args.task}, {args.policy})", flush=True)
+    stopping = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopping.append(1))
+    t_last = time.monotonic()
+    while not stopping:
+        server.serve_once(100)
+        if time.monotonic() - t_last > 10:
+            t_last = time.monotonic()
+            print(f"served {server.requests} requests in {server.batches} batches, v{runner.version}, "
+                  f"rejected {server.rejects.total}", flush=True)
+    server.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,385 @@
+"""Cube tasks on the SO-101 arm: ``push_cube``, ``pick_cube`` and the language-conditioned ``pick_cube_color``.
+
+Scene: the arm of ``so101_arm.xml`` plus free cubes (and, for pushing, a goal disc on the floor), built
+with ``mujoco.MjSpec`` so the arm stays one file. Only the palm and the two jaws collide with objects.
+
+Observation ``state``: the robot's joint positions and velocities (12), the grasp point (m, from the
+arm's forward kinematics), then per cube its position (m) and ``sin 4*yaw, cos 4*yaw`` (a cube looks
+the same every quarter turn); ``push_cube`` adds the goal (x, y in m); ``pick_cube_color`` adds a
+one-hot of the asked colour, and ``env.instruction`` holds the sentence ("pick up the red cube").
+
+Domain randomisation (config knobs, applied at every reset from the seeded RNG): cube positions and
+yaw, colours (cubes and floor), sliding friction (cubes and floor), lighting (intensity, direction).
+
+Each task has a scripted expert (``env.expert_action()``) that reads privileged simulator state and
+plans with inverse kinematics: gripper pointing down, jaws aligned with the cube's faces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+
+from robolearn.sim.arm_task import ArmTaskConfig, ArmTaskEnv
+from robolearn.sim.ik import SiteIK, down_pose
+from robolearn.sim.so101 import SimSO101Config, arm_xml
+
+COLOURS = {"red": (0.85, 0.15, 0.15), "green": (0.15, 0.7, 0.2), "blue": (0.15, 0.3, 0.9)}
+FLOOR_RGB = (0.3, 0.3, 0.35)
+GRIPPER_OPEN, GRIPPER_CLOSED, GRIPPER_PUSH = 45.0, 0.0, 9.0  # 0..100 units
+GOAL_RGBA = (0.1, 0.8, 0.3, 0.35)
+PUSH_TILT = 0.4  # rad the pushing fingers lean outward: reaches the far side of cubes near the edge
+
+
+@dataclass
+class CubeTaskConfig(ArmTaskConfig):
+    """Fields shared by the cube tasks, including the domain-randomisation knobs."""
+
+    episode_ticks: int = 150
+    gripper_max_delta: float = 15.0
+    cube_size: float = 0.024                                                   # m, edge length
+    cube_low: list[float] = field(default_factory=lambda: [0.12, -0.08])       # m, x y region of cube centres
+    cube_high: list[float] = field(default_factory=lambda: [0.20, 0.08])
+    randomize_yaw: bool = True                                                 # cube yaw uniform in [0, 90) deg
+    colour_noise: float = 0.08       # +- per RGB channel on cubes and floor
+    friction_range: list[float] = field(default_factory=lambda: [0.7, 1.2])   # sliding friction, cubes and floor
+    light_noise: float = 0.3         # +- relative intensity; direction tilted by up to this many rad
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key in ("cube_low", "cube_high"):
+            if len(getattr(self, key)) != 2:
+                raise ValueError(f"task.{key} must have 2 values (x, y in m), got {getattr(self, key)}")
+        if any(lo > hi for lo, hi in zip(self.cube_low, self.cube_high)):
+            raise ValueError(f"task.cube_low {self.cube_low} must be <= task.cube_high {self.cube_high}")
+        if not 0.01 <= self.cube_size <= 0.04:
+            raise ValueError(f"task.cube_size must be in [0.01, 0.04] m (the jaws open ~4 cm), got {self.cube_size}")
+        lo, hi = self.friction_range
+        if not 0 < lo <= hi:
+            raise ValueError(f"task.friction_range must be [low, high] with 0 < low <= high, got {self.friction_range}")
+        if self.colour_noise < 0 or self.light_noise < 0:
+            raise ValueError("task.colour_noise and task.light_noise must be >= 0")
+
+
+def build_scene(cubes: list[str], cube_size: float, goal: bool) -> mujoco.MjModel:
+    """The arm plus one free cube per colour name (bodies ``cube_<colour>``) and optionally a goal disc."""
+    spec = mujoco.MjSpec.from_string(arm_xml())
+    half = cube_size / 2
+    for i, colour in enumerate(cubes):
+        body = spec.worldbody.add_body(name=f"cube_{colour}", pos=[0.15, 0.06 * i, half])
+        body.add_freejoint(name=f"cube_{colour}")
+        body.add_geom(name=f"cube_{colour}", type=mujoco.mjtGeom.mjGEOM_BOX, size=[half] * 3,
+                      rgba=[*COLOURS[colour], 1.0], mass=0.03, contype=1, conaffinity=1, condim=4,
+                      friction=[1.0, 0.01, 0.001])
+    if goal:
+        goal_body = spec.worldbody.add_body(name="goal", mocap=True, pos=[0.2, 0.0, 0.0005])
+        goal_body.add_geom(name="goal", type=mujoco.mjtGeom.mjGEOM_CYLINDER, size=[0.025, 0.0005, 0],
+                           rgba=list(GOAL_RGBA), contype=0, conaffinity=0)
+    return spec.compile()
+
+
+class CubeTaskEnv(ArmTaskEnv):
+    """Base for the cube tasks: scene, randomisation, cube state, the pointing-down IK expert."""
+
+    def __init__(self, task: CubeTaskConfig, robot: SimSO101Config | None, cubes: list[str], goal: bool,
+                 extra_names: tuple[str, ...] = (), extra_low: tuple[float, ...] = (),
+                 extra_high: tuple[float, ...] = ()) -> None:
+        model = build_scene(cubes, task.cube_size, goal)
+        names = ("grasp.x", "grasp.y", "grasp.z")
+        for c in cubes:
+            names += tuple(f"cube_{c}.{k}" for k in ("x", "y", "z", "sin4yaw", "cos4yaw"))
+        low = (-0.45, -0.45, -0.05) + (-0.5, -0.5, -0.05, -1.0, -1.0) * len(cubes) + extra_low
+        high = (0.45, 0.45, 0.5) + (0.5, 0.5, 0.5, 1.0, 1.0) * len(cubes) + extra_high
+        super().__init__(task, robot, model, names + extra_names, low, high, "m, m, 1")
+        m = self.robot.model
+        self.cubes = cubes
+        self.half = task.cube_size / 2
+        self._cube_body = {c: m.body(f"cube_{c}").id for c in cubes}
+        self._cube_geom = {c: m.geom(f"cube_{c}").id for c in cubes}
+        self._cube_qpos = {c: m.jnt_qposadr[m.joint(f"cube_{c}").id] for c in cubes}
+        self._floor = m.geom("floor").id
+        self._grasp = m.site("grasp").id
+        self._tip = m.site("tip").id
+        self._ik = SiteIK(m, "grasp", self.robot.qpos_indices[:5], self.robot.arm_dof_indices)
+        self._tip_ik = SiteIK(m, "tip", self.robot.qpos_indices[:5], self.robot.arm_dof_indices)
+        self._base_rgba = m.geom_rgba.copy()
+        self._base_friction = m.geom_friction.copy()
+        self._base_light_diffuse = m.light_diffuse.copy()
+        self._base_light_dir = m.light_dir.copy()
+        self.instruction = ""
+
+    # --- state -----------------------------------------------------------------------------------
+    def cube_pos(self, colour: str) -> np.ndarray:
+        return self.robot.data.xpos[self._cube_body[colour]].copy()
+
+    def cube_yaw(self, colour: str) -> float:
+        w, x, y, z = self.robot.data.xquat[self._cube_body[colour]]
+        return float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
+
+    def grasp_pos(self) -> np.ndarray:
+        return self.robot.data.site_xpos[self._grasp].copy()
+
+    def _state_extra(self) -> np.ndarray:
+        parts = [self.grasp_pos()]
+        for c in self.cubes:
+            yaw = self.cube_yaw(c)
+            parts.append(np.concatenate([self.cube_pos(c), [np.sin(4 * yaw), np.cos(4 * yaw)]]))
+        parts.append(self._task_features())
+        return np.concatenate(parts)
+
+    def _task_features(self) -> np.ndarray:
+        return np.zeros(0)
+
+    def touching(self, colour: str) -> bool:
+        """Whether a jaw or the palm touches the cube."""
+        d, cube = self.robot.data, self._cube_geom[colour]
+        hand = {self.robot.model.geom(n).id for n in ("palm", "fixed_jaw", "moving_jaw")}
+        return any((c.geom1 == cube and c.geom2 in hand) or (c.geom2 == cube and c.geom1 in hand)
+                   for c in d.contact[: d.ncon])
+
+    # --- randomisation ---------------------------------------------------------------------------
+    def _sample_cube_positions(self, min_gap: float = 0.05) -> list[np.ndarray]:
+        rng, out = self.np_random, []
+        while len(out) < len(self.cubes):
+            xy = rng.uniform(self.task.cube_low, self.task.cube_high)
+            if all(np.linalg.norm(xy - o) >= min_gap for o in out):
+                out.append(xy)
+        return out
+
+    def _randomise(self) -> None:
+        t, m, rng = self.task, self.robot.model, self.np_random
+        m.geom_rgba[:] = self._base_rgba
+        for g in [*self._cube_geom.values(), self._floor]:
+            m.geom_rgba[g, :3] = np.clip(self._base_rgba[g, :3] + rng.uniform(-t.colour_noise, t.colour_noise, 3), 0, 1)
+        m.geom_friction[:] = self._base_friction
+        for g in [*self._cube_geom.values(), self._floor]:
+            m.geom_friction[g, 0] = rng.uniform(*t.friction_range)
+        m.light_diffuse[:] = self._base_light_diffuse * (1 + rng.uniform(-t.light_noise, t.light_noise))
+        tilt = rng.uniform(-t.light_noise, t.light_noise, (len(m.light_dir), 2))
+        direction = self._base_light_dir.copy()
+        direction[:, :2] += tilt
+        m.light_dir[:] = direction / np.linalg.norm(direction, axis=1, keepdims=True)
+        d = self.robot.data
+        for c, xy in zip(self.cubes, self._sample_cube_positions()):
+            yaw = rng.uniform(0, np.pi / 2) if t.randomize_yaw else 0.0
+            q = self._cube_qpos[c]
+            d.qpos[q:q + 3] = [xy[0], xy[1], self.half]
+            d.qpos[q + 3:q + 7] = [np.cos(yaw / 2), 0, 0, np.sin(yaw / 2)]
+
+    def _reset_scene(self, seed: int | None) -> None:
+        gym.Env.reset(self, seed=seed)  # seeds self.np_random
+        self._reset_arm()
+        self._randomise()
+        mujoco.mj_forward(self.robot.model, self.robot.data)
+
+    # --- expert helpers --------------------------------------------------------------------------
+    def _jaw_yaw_for(self, colour: str) -> float:
+        """A jaw-closing direction along one of the cube's face normals, the one nearest the hand's."""
+        cube = self.cube_yaw(colour)
+        hand_y = self.robot.data.site_xmat[self._grasp].reshape(3, 3)[:, 1]
+        now = np.arctan2(hand_y[1], hand_y[0])
+        options = cube + np.pi / 2 * np.arange(-4, 5)
+        return float(options[np.argmin(np.abs(np.angle(np.exp(1j * (options - now)))))])
+
+    def _move_to(self, site_pos: np.ndarray, jaw_yaw: float, gripper: float, site: str = "grasp",
+                 tilt: float = 0.0) -> np.ndarray:
+        """Bounded action toward the joint targets that put ``site`` at ``site_pos``, pointing down
+        (tilted outward by ``tilt`` rad)."""
+        ik = self._ik if site == "grasp" else self._tip_ik
+        pose = down_pose(jaw_yaw, tilt, float(np.arctan2(site_pos[1], site_pos[0])))
+        q, _ = ik.solve(self.robot.data.qpos, site_pos, pose)
+        target = np.concatenate([np.degrees(q), [gripper]])
+        return self._delta_toward(target)
+
+    def _at(self, site_pos: np.ndarray, tol: float, site: str = "grasp") -> bool:
+        here = self.grasp_pos() if site == "grasp" else self.robot.data.site_xpos[self._tip]
+        return bool(np.linalg.norm(here - site_pos) < tol)
+
+
+# --- pick_cube / pick_cube_color ---------------------------------------------------------------------
+
+@dataclass
+class PickCubeConfig(CubeTaskConfig):
+    """``task=pick_cube``: grasp the cube and lift it ``lift_height`` above the floor."""
+
+    name: str = "pick_cube"
+    lift_height: float = 0.05  # m the cube's bottom must rise
+
+
+@dataclass
+class PickCubeColorConfig(PickCubeConfig):
+    """``task=pick_cube_color``: three cubes (red, green, blue); the instruction names the one to lift."""
+
+    name: str = "pick_cube_color"
+    colours: list[str] = field(default_factory=lambda: ["red", "green", "blue"])
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        unknown = set(self.colours) - set(COLOURS)
+        if unknown or len(self.colours) < 2:
+            raise ValueError(f"task.colours must be >= 2 of {sorted(COLOURS)}, got {self.colours}")
+
+
+class PickCubeEnv(CubeTaskEnv):
+    """Reward per tick: ``-distance(grasp point, cube) / 0.1 m + 2 * lift fraction``, plus the success
+    bonus when the cube is lifted (terminated). Lifting a cube of the wrong colour ends the episode
+    as a failure."""
+
+    def __init__(self, task: PickCubeConfig | None = None, robot: SimSO101Config | None = None) -> None:
+        task = task or PickCubeConfig()
+        colours = list(getattr(task, "colours", ["red"]))
+        onehot = len(colours) if isinstance(task, PickCubeColorConfig) else 0
+        super().__init__(task, robot, colours, goal=False,
+                         extra_names=tuple(f"asked.{c}" for c in colours[:onehot]),
+                         extra_low=(0.0,) * onehot, extra_high=(1.0,) * onehot)
+        self._onehot = onehot > 0
+        self.target = colours[0]
+        self._phase = "approach"
+
+    def _task_features(self) -> np.ndarray:
+        if not self._onehot:
+            return np.zeros(0)
+        return np.array([c == self.target for c in self.cubes], dtype=np.float64)
+
+    def lift(self, colour: str) -> float:
+        return float(self.cube_pos(colour)[2] - self.half)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        self._reset_scene(seed)
+        self.target = self.cubes[int(self.np_random.integers(len(self.cubes)))] if self._onehot else self.cubes[0]
+        self.instruction = f"pick up the {self.target} cube" if self._onehot else "pick up the cube"
+        self._phase = "approach"
+        return self._obs(), self._info(False)
+
+    def _info(self, success: bool) -> dict:
+        return {"success": success, "lift": self.lift(self.target), "instruction": self.instruction}
+
+    def step(self, action: np.ndarray):
+        self._apply_delta(action)
+        lift = self.lift(self.target)
+        success = lift >= self.task.lift_height
+        wrong = any(self.lift(c) >= self.task.lift_height for c in self.cubes if c != self.target)
+        dist = float(np.linalg.norm(self.grasp_pos() - self.cube_pos(self.target)))
+        reward = -dist / 0.1 + 2.0 * min(max(lift, 0.0) / self.task.lift_height, 1.0)
+        reward += self.task.success_bonus if success else 0.0
+        terminated = success or wrong
+        truncated = (not terminated) and self._tick >= self.task.episode_ticks
+        return self._obs(), float(reward), bool(terminated), bool(truncated), self._info(success)
+
+    def expert_action(self) -> np.ndarray:
+        """Above the cube with the jaws open and aligned, down, close, lift."""
+        cube = self.cube_pos(self.target)
+        yaw = self._jaw_yaw_for(self.target)
+        above = cube + np.array([0.0, 0.0, 0.06])
+        grasp = np.array([cube[0], cube[1], self.half + 0.004])
+        grip_now = self.robot.joint_positions()[5]
+        if self._phase == "approach":
+            if self._at(above, 0.01):
+                self._phase = "descend"
+            return self._move_to(above, yaw, GRIPPER_OPEN)
+        if self._phase == "descend":
+            if self._at(grasp, 0.006):
+                self._phase = "close"
+            elif np.linalg.norm(self.grasp_pos()[:2] - cube[:2]) > 0.02:
+                self._phase = "approach"  # the cube moved away: go back above it
+            return self._move_to(grasp, yaw, GRIPPER_OPEN)
+        if self._phase == "close":
+            if grip_now < 20.0 and abs(self.robot.get_observation()["state"][11]) < 5.0:
+                self._phase = "lift"
+            return self._move_to(self.grasp_pos(), yaw, GRIPPER_CLOSED)
+        if not self.touching(self.target) and self.lift(self.target) < 0.005:
+            self._phase = "approach"  # dropped or missed: try again
+        up = self.grasp_pos()
+        up[2] = self.half + self.task.lift_height + 0.03
+        return self._move_to(up, yaw, GRIPPER_CLOSED)
+
+
+# --- push_cube ----------------------------------------------------------------------------------------
+
+@dataclass
+class PushCubeConfig(CubeTaskConfig):
+    """``task=push_cube``: push the cube onto the goal disc."""
+
+    name: str = "push_cube"
+    episode_ticks: int = 200
+    goal_radius: float = 0.025        # m, success when the cube centre is this close to the goal (x, y)
+    push_distance: list[float] = field(default_factory=lambda: [0.05, 0.09])  # m, goal from the cube's start
+    goal_low: list[float] = field(default_factory=lambda: [0.11, -0.10])      # m, goals stay in this region
+    goal_high: list[float] = field(default_factory=lambda: [0.22, 0.10])
+
+
+class PushCubeEnv(CubeTaskEnv):
+    """Reward per tick: ``-(distance(cube, goal) + 0.5 * distance(tip, cube)) / 0.1 m``, plus the
+    success bonus when the cube centre is within ``goal_radius`` of the goal (terminated)."""
+
+    def __init__(self, task: PushCubeConfig | None = None, robot: SimSO101Config | None = None) -> None:
+        task = task or PushCubeConfig()
+        super().__init__(task, robot, ["red"], goal=True, extra_names=("goal.x", "goal.y"),
+                         extra_low=tuple(task.goal_low), extra_high=tuple(task.goal_high))
+        self._goal_mocap = self.robot.model.body_mocapid[self.robot.model.body("goal").id]
+        self.goal = np.zeros(2)
+        self.instruction = "push the cube onto the green disc"
+        self._phase = "approach"
+
+    def _task_features(self) -> np.ndarray:
+        return self.goal
+
+    def goal_distance(self) -> float:
+        return float(np.linalg.norm(self.cube_pos("red")[:2] - self.goal))
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        self._reset_scene(seed)
+        t, rng = self.task, self.np_random
+        start = self.cube_pos("red")[:2]
+        for _ in range(1000):
+            angle, dist = rng.uniform(-np.pi, np.pi), rng.uniform(*t.push_distance)
+            goal = start + dist * np.array([np.cos(angle), np.sin(angle)])
+            if np.all(goal >= t.goal_low) and np.all(goal <= t.goal_high):
+                break
+        self.goal = goal
+        self.robot.data.mocap_pos[self._goal_mocap, :2] = goal
+        mujoco.mj_forward(self.robot.model, self.robot.data)
+        self._phase = "approach"
+        return self._obs(), {"success": False, "distance": self.goal_distance()}
+
+    def step(self, action: np.ndarray):
+        self._apply_delta(action)
+        dist = self.goal_distance()
+        success = dist <= self.task.goal_radius
+        tip = self.robot.data.site_xpos[self._tip]
+        reward = -(dist + 0.5 * float(np.linalg.norm(tip - self.cube_pos("red")))) / 0.1
+        reward += self.task.success_bonus if success else 0.0
+        truncated = (not success) and self._tick >= self.task.episode_ticks
+        return self._obs(), float(reward), bool(success), bool(truncated), {"success": success, "distance": dist}
+
+    def expert_action(self) -> np.ndarray:
+        """Get behind the cube (seen from the goal), come down, push it along the line to the goal;
+        if the cube slides off the line, lift and approach again."""
+        cube = self.cube_pos("red")
+        to_goal = self.goal - cube[:2]
+        direction = to_goal / max(np.linalg.norm(to_goal), 1e-9)
+        jaw_yaw = float(np.arctan2(direction[1], direction[0]) + np.pi / 2)  # jaws side by side across the push
+        behind = cube[:2] - direction * (self.half + 0.02)
+        low_z, high_z = self.half + 0.008, self.half + 0.06
+        tip = self.robot.data.site_xpos[self._tip]
+        if self._phase == "approach":
+            target = np.array([*behind, high_z])
+            if self._at(target, 0.01, "tip"):
+                self._phase = "descend"
+            return self._move_to(target, jaw_yaw, GRIPPER_PUSH, "tip", PUSH_TILT)
+        if self._phase == "descend":
+            target = np.array([*behind, low_z])
+            if self._at(target, 0.006, "tip"):
+                self._phase = "push"
+            return self._move_to(target, jaw_yaw, GRIPPER_PUSH, "tip", PUSH_TILT)
+        # push: keep the tip on the line behind the cube, moving toward the goal
+        offset = tip[:2] - cube[:2]
+        lateral = abs(offset[0] * direction[1] - offset[1] * direction[0])
+        if lateral > 0.012 or offset @ direction > 0:
+            self._phase = "approach"
+        step = min(0.02, float(np.linalg.norm(to_goal)) + 0.005)
+        target = np.array([*(cube[:2] - direction * (self.half + 0.008) + direction * step), low_z])
+        return self._move_to(target, jaw_yaw, GRIPPER_PUSH, "tip", PUSH_TILT)

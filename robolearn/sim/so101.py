@@ -1,0 +1,113 @@
+"""A MuJoCo twin of the SO-101 follower arm as a HAL ``Robot``.
+
+Same joint names, order and units as lerobot's ``so101_follower`` (``use_degrees=True``): the five
+arm joints in degrees, the gripper in 0..100 (0 closed, 100 open). The action is the absolute
+position target of each servo, like the real arm; tasks that want delta actions map them on top.
+One ``send_action`` advances the physics by one control period, so the simulation is stepped by the
+control loop that drives it (sim time runs as fast as the loop asks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+
+import mujoco
+import numpy as np
+
+from robolearn.hardware.robot import RobotSpecs, joint_specs, safe_action
+
+JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
+UNITS = ["deg"] * 5 + ["0..100"]  # lerobot's so101_follower with use_degrees=True
+ARM_JOINTS = JOINTS[:5]
+
+
+@dataclass
+class SimSO101Config:
+    """``robot=sim_so101``."""
+
+    name: str = "sim_so101"
+    control_hz: float = 25.0
+    model: str = "so101_arm.xml"  # file in robolearn/sim/assets, or an absolute path
+
+
+def arm_xml(model: str = "so101_arm.xml") -> str:
+    """The MJCF text of ``model``: a file in robolearn/sim/assets, or an absolute path."""
+    if model.startswith("/"):
+        with open(model) as f:
+            return f.read()
+    return resources.files("robolearn.sim").joinpath("assets", model).read_text()
+
+
+def load_model(model: str) -> mujoco.MjModel:
+    return mujoco.MjModel.from_xml_string(arm_xml(model))
+
+
+class SimSO101(RobotSpecs):
+    """SO-101 follower in MuJoCo. Observation ``state`` = joint positions then joint velocities."""
+
+    def __init__(self, config: SimSO101Config, model: mujoco.MjModel | None = None) -> None:
+        self.config = config
+        self.name = config.name
+        self.model = model if model is not None else load_model(config.model)
+        self.data = mujoco.MjData(self.model)
+        self.n_substeps = max(1, round(1.0 / (config.control_hz * self.model.opt.timestep)))
+        self._qpos_idx = np.array([self.model.jnt_qposadr[self.model.joint(j).id] for j in JOINTS])
+        self._qvel_idx = np.array([self.model.jnt_dofadr[self.model.joint(j).id] for j in JOINTS])
+        self._act_idx = np.array([self.model.actuator(j).id for j in JOINTS])
+        self.qpos_indices = self._qpos_idx      # the six joints' qpos addresses, in JOINTS order
+        self.arm_dof_indices = self._qvel_idx[:5]  # the arm's degrees of freedom (no gripper), for kinematics
+        ranges = self.model.jnt_range[[self.model.joint(j).id for j in JOINTS]]
+        self._rad_low, self._rad_high = ranges[:, 0].copy(), ranges[:, 1].copy()
+        low = np.concatenate([np.degrees(self._rad_low[:5]), [0.0]])
+        high = np.concatenate([np.degrees(self._rad_high[:5]), [100.0]])
+        self._obs_spec, self._action_spec = joint_specs(list(JOINTS), UNITS, low.tolist(), high.tolist())
+        self._connected = False
+
+    # --- units -----------------------------------------------------------------------------------
+    def to_robot_units(self, rad: np.ndarray) -> np.ndarray:
+        out = np.degrees(rad[..., :5])
+        grip = (rad[..., 5:] - self._rad_low[5]) / (self._rad_high[5] - self._rad_low[5]) * 100.0
+        return np.concatenate([out, grip], axis=-1).astype(np.float32)
+
+    def to_radians(self, units: np.ndarray) -> np.ndarray:
+        rad = np.radians(units[..., :5].astype(np.float64))
+        grip = self._rad_low[5] + units[..., 5:] / 100.0 * (self._rad_high[5] - self._rad_low[5])
+        return np.concatenate([rad, grip], axis=-1)
+
+    # --- Robot protocol --------------------------------------------------------------------------
+    @property
+    def is_connected(self) -> bool:
+        return self._connected
+
+    def connect(self) -> None:
+        self._connected = True
+
+    def disconnect(self) -> None:
+        self._connected = False
+
+    def reset_to(self, joint_positions: np.ndarray) -> None:
+        """Place the arm at ``joint_positions`` (robot units), at rest, with servos holding there."""
+        mujoco.mj_resetData(self.model, self.data)
+        rad = self.to_radians(np.asarray(joint_positions, dtype=np.float64))
+        self.data.qpos[self._qpos_idx] = rad
+        self.data.ctrl[self._act_idx] = rad
+        mujoco.mj_forward(self.model, self.data)
+
+    def joint_positions(self) -> np.ndarray:
+        return self.to_robot_units(self.data.qpos[self._qpos_idx])
+
+    def commanded_positions(self) -> np.ndarray:
+        return self.to_robot_units(self.data.ctrl[self._act_idx])
+
+    def get_observation(self) -> dict[str, np.ndarray]:
+        pos = self.joint_positions()
+        vel = np.degrees(self.data.qvel[self._qvel_idx]).astype(np.float32)
+        vel[5] = vel[5] / 360.0 * 100.0  # gripper velocity in (0..100 units)/s, roughly
+        return {"state": np.concatenate([pos, vel]).astype(np.float32)}
+
+    def send_action(self, action: np.ndarray) -> np.ndarray:
+        sent = safe_action(action, self._action_spec)
+        self.data.ctrl[self._act_idx] = self.to_radians(sent)
+        mujoco.mj_step(self.model, self.data, nstep=self.n_substeps)
+        return sent
