@@ -16,8 +16,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import goal, run_command, write_result  # noqa: E402
 
-from robolearn.runtime.builtins import register_builtins  # noqa: E402
 from robolearn.registry import lookup  # noqa: E402
+from robolearn.runtime.builtins import register_builtins  # noqa: E402
 
 TASKS_WITH_EXPERTS = ["reach", "push_cube", "pick_cube", "pick_cube_color"]
 

@@ -10,10 +10,10 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from robolearn.runtime.builtins import register_builtins
 from robolearn.config import ConfigError, RunConfig, check_buildable, to_yaml, validate
 from robolearn.registry import lookup
 from robolearn.rundir import RunDir
+from robolearn.runtime.builtins import register_builtins
 
 USAGE = """usage: robolearn <command> [key=value ...]
 

@@ -33,7 +33,8 @@ def register(group: str, name: str, config_cls: type, factory: Callable[..., Any
 
 def lookup(group: str, name: str) -> Entry:
     if not any(_REGISTRY.values()):
-        raise LookupError("nothing is registered: call robolearn.runtime.builtins.register_builtins() at the entry point")
+        raise LookupError("nothing is registered: call robolearn.runtime.builtins.register_builtins() at the "
+                          "entry point")
     try:
         return _REGISTRY[group][name]
     except KeyError:

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from robolearn.config import ConfigError, validate
@@ -47,3 +49,41 @@ def test_cli_rejects_unknown_key_and_unknown_option_at_start(tmp_path):
 def test_resume_of_a_missing_run_says_so(tmp_path):
     r = robolearn(["run", "run_name=ghost", "resume=true"], cwd=tmp_path, timeout=60)
     assert r.returncode == 2 and "holds no run" in r.stderr
+
+
+@pytest.mark.parametrize("overrides, named", [
+    ({"algo": "habc"}, "algo=habc"),                          # habc needs policy=flow_chunk
+    ({"policy": "flow_chunk"}, "algo=sac"),                   # sac needs policy=mlp
+    ({"robot": "so101"}, "task=reach robot=so101"),           # sim tasks refuse a real robot
+])
+def test_parts_that_do_not_fit_together_are_named_before_any_process(overrides, named):
+    from robolearn.config import check_buildable
+
+    with pytest.raises(ConfigError, match=named):
+        check_buildable(validate(_cfg(**overrides)))
+
+
+def test_incompatible_task_and_robot_fail_at_start_and_leave_no_run_dir(tmp_path):
+    r = robolearn(["run", "task=reach", "robot=so101", "run_name=mismatch"], cwd=tmp_path, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "robot=so101" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1  # one line naming what is wrong
+    assert not (tmp_path / "runs" / "mismatch").exists()
+
+
+def test_a_failed_start_leaves_a_run_name_that_starts_again(tmp_path):
+    from robolearn.rundir import RunDir
+
+    run = RunDir(tmp_path / "runs" / "retry")
+    (run.root / "buffer").mkdir(parents=True)
+    run.config.write_text("x: 1\n")  # what a start that died before collecting anything leaves
+    assert not run.holds_data()
+    (run.buffer / "seg-000000.log").write_bytes(b"\0" * 8)
+    assert run.holds_data()
+
+
+def test_help_is_written_for_users():
+    r = robolearn(["--help"], cwd=Path("."), timeout=60)
+    assert r.returncode == 0
+    assert "usage: robolearn <command>" in r.stdout and "robolearn run task=reach" in r.stdout
+    assert "hydra has no subcommands" not in r.stdout.lower()

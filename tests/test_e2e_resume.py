@@ -66,7 +66,8 @@ def test_killed_learner_resumes_from_checkpoint_with_its_buffer(tmp_path):
 
 
 def test_second_run_with_the_same_name_needs_resume(tmp_path):
-    (tmp_path / "runs" / "taken").mkdir(parents=True)
+    (tmp_path / "runs" / "taken" / "buffer").mkdir(parents=True)
     (tmp_path / "runs" / "taken" / "config.yaml").write_text("x: 1\n")
+    (tmp_path / "runs" / "taken" / "buffer" / "seg-000000.log").write_bytes(b"collected data")
     r = robolearn(["run", "run_name=taken"], cwd=tmp_path, timeout=60)
     assert r.returncode == 2 and "resume=true" in r.stderr

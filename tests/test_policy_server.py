@@ -8,8 +8,8 @@ import pytest
 import torch
 import zmq
 
-from robolearn.actor.episode import hold_action
 from robolearn.actor.chunking import ChunkExecutor, ChunkingConfig
+from robolearn.actor.episode import hold_action
 from robolearn.clock import RealClock
 from robolearn.inference.client import RemoteClient
 from robolearn.inference.protocol import REQUEST, ChunkRequest, request_to_wire

@@ -15,6 +15,7 @@ no pickle); ``LeaseClient`` is what an actor uses (acquire / background heartbea
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -50,14 +51,11 @@ class Requirement:
 
 
 def port_probe(port: str) -> Callable[[], bool]:
-    """A lerobot robot on a serial port is present when the port can be opened."""
+    """A lerobot robot on a serial port is present while its device node exists. The probe never opens the
+    port: only the actor that holds the robot's lease does (opening a tty can reset the board behind it)."""
 
     def probe() -> bool:
-        try:
-            with open(port, "rb", buffering=0):
-                return True
-        except OSError:
-            return False
+        return os.path.exists(port)
 
     return probe
 

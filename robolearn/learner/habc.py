@@ -32,6 +32,7 @@ from torch import nn
 
 from robolearn.buffer.replay_buffer import ReplayBuffer
 from robolearn.learner.chunk_batch import sample_chunk_windows
+from robolearn.policies.flow_chunk import FlowChunkPolicy
 from robolearn.policies.mlp import mlp
 from robolearn.specs import ActionSpec
 
@@ -118,6 +119,9 @@ class HABC:
 
     def __init__(self, policy: nn.Module, config: HABCConfig, seed: int = 0) -> None:
         self.cfg = config
+        if not isinstance(policy, FlowChunkPolicy):
+            raise ValueError(f"algo=habc trains a flow-matching chunk policy (policy=flow_chunk), "
+                             f"got {type(policy).__name__}")
         self.actor = policy
         self.horizon = policy.horizon
         self.heads = ValueHeads(policy.normalise, policy.obs_dim, config.value_hidden_dims)

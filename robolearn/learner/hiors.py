@@ -28,6 +28,7 @@ from torch import nn
 
 from robolearn.buffer.replay_buffer import ReplayBuffer
 from robolearn.learner.chunk_batch import sample_chunk_windows
+from robolearn.policies.flow_chunk import FlowChunkPolicy
 from robolearn.specs import ActionSpec
 
 
@@ -72,6 +73,9 @@ def not_noop(actions: torch.Tensor, tolerance: float) -> torch.Tensor:
 class HiORS:
     def __init__(self, policy: nn.Module, config: HiORSConfig, seed: int = 0) -> None:
         self.cfg = config
+        if not isinstance(policy, FlowChunkPolicy):
+            raise ValueError(f"algo=hiors trains a flow-matching chunk policy (policy=flow_chunk), "
+                             f"got {type(policy).__name__}")
         self.actor = policy
         self.horizon = policy.horizon
         self.threshold = AcceptanceThreshold(config.initial_threshold, config.threshold_quantile,

@@ -159,6 +159,8 @@ class SAC:
     """Holds the networks and optimisers; ``update`` does one critic step (and maybe an actor step)."""
 
     def __init__(self, policy: GaussianChunkPolicy, config: SACConfig, seed: int = 0) -> None:
+        if not isinstance(policy, GaussianChunkPolicy):
+            raise ValueError(f"algo=sac trains a tanh-Gaussian actor (policy=mlp), got {type(policy).__name__}")
         self.cfg = config
         self.actor = policy
         act_dim = policy.horizon * policy.continuous_dim  # a discrete gripper has its own Q-head

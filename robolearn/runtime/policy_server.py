@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from robolearn.runtime.builtins import register_builtins
 from robolearn.inference.server import PolicyServer, build_runner
+from robolearn.runtime.builtins import register_builtins
 
 
 def spawn_server(task: str, policy: str, weights: str | None, endpoint_file: Path, port: int = 0,

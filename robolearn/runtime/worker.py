@@ -9,9 +9,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from robolearn.runtime.builtins import register_builtins
 from robolearn.config import load_run_config
 from robolearn.rundir import RunDir
+from robolearn.runtime.builtins import register_builtins
 
 
 def main(argv: list[str]) -> int:
