@@ -18,9 +18,18 @@ ROBOLEARN = Path(sys.executable).parent / "robolearn"
 
 def machine() -> dict:
     return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                     text=True).stdout.strip()}
+            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def commit() -> str:
+    """The commit the code under test was at, with ``+dirty`` when the work tree had uncommitted changes."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                           text=True).stdout.strip()
+    return f"{head}+dirty" if dirty else head
+
+
+COMMIT = commit()  # taken when the benchmark starts: the code it imported, not what changed while it ran
 
 
 def goal(name: str, value: float | None, op: str, target: float) -> dict:
@@ -53,8 +62,8 @@ def run_command(ap: argparse.ArgumentParser, args: argparse.Namespace, make_targ
 def write_result(name: str, command: str, goals: list[dict], **details) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps({"benchmark": name, "command": command, "goals": goals, "machine": machine(),
-                                **details}, indent=2) + "\n")
+    path.write_text(json.dumps({"benchmark": name, "command": command, "commit": COMMIT, "goals": goals,
+                                "machine": machine(), **details}, indent=2) + "\n")
     return path
 
 

@@ -10,7 +10,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from robolearn.config import ConfigError, RunConfig, check_buildable, to_yaml, validate
+from robolearn.config import ConfigError, RunConfig, check_buildable, compose, to_yaml, validate
 from robolearn.registry import lookup
 from robolearn.rundir import RunDir
 from robolearn.runtime.builtins import register_builtins
@@ -98,6 +98,8 @@ def _run(cfg: DictConfig) -> None:
 def _eval(cfg: DictConfig) -> None:
     from robolearn.evaluate import evaluate
 
+    if OmegaConf.is_missing(cfg, "run_dir"):
+        _fail("eval needs the run to evaluate: robolearn eval run_dir=runs/<name>")
     try:
         result = evaluate(Path(cfg.run_dir), episodes=cfg.episodes, seed=cfg.seed, deterministic=cfg.deterministic)
     except (FileNotFoundError, ConfigError) as exc:
@@ -111,6 +113,8 @@ def _record(cfg: DictConfig) -> None:
     from robolearn.config import typed_group
     from robolearn.record import record
 
+    if OmegaConf.is_missing(cfg, "out"):
+        _fail("record needs a new folder for the dataset: robolearn record task=<task> out=demos/<name>")
     try:
         task, robot = typed_group(cfg, "task"), typed_group(cfg, "robot")
         if cfg.episodes < 1:
@@ -138,6 +142,7 @@ def _resources() -> None:
 
 
 COMMANDS = {"run": _run, "eval": _eval, "record": _record, "buffer": _buffer, "resources": _resources}
+HYDRA_CONFIGS = {"run": "config", "eval": "eval", "record": "record"}  # commands whose options hydra composes
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -149,6 +154,11 @@ def main(argv: list[str] | None = None) -> None:
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
         _fail(f"unknown command {command!r}; commands: {', '.join(COMMANDS)}")
+    if command in HYDRA_CONFIGS and not any(a.startswith("-") for a in rest):
+        try:  # a wrong key, value type or option: one line naming it, before hydra's multi-line report
+            compose(HYDRA_CONFIGS[command], rest)
+        except ConfigError as exc:
+            _fail(str(exc))
     sys.argv = [f"robolearn {command}", *rest]
     COMMANDS[command]()
 

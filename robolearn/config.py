@@ -1,5 +1,11 @@
 """The run configuration: hydra composes it, this module validates it into typed dataclasses.
 
+The dataclasses are the single source of defaults and documentation: ``store_config_schemas`` puts each
+registered option (``task/reach`` is ``sim.reach.ReachConfig``, ...) and the run's own schema
+(``RunSchema``) in Hydra's ConfigStore, so ``robolearn/configs/`` holds only the defaults lists, and hydra
+already refuses an override of a key that does not exist. The schedule defaults of each algorithm
+(``learner/<algo>``) are ``LearnerConfig`` with that algorithm's ``LEARNER_DEFAULTS``.
+
 Every choice group (task, robot, policy, algo, runtime) is checked against the config dataclass
 registered under its ``name``, and the fixed sections (``learner``, ``actor``, ``budget``, ``buffer``)
 against theirs; unknown keys, wrong types and out-of-range values fail at start with a message that
@@ -9,11 +15,13 @@ names the key (``ConfigError``). Who owns what: ``algo`` the losses, ``learner``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from omegaconf import DictConfig, OmegaConf
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from robolearn import registry
@@ -68,6 +76,77 @@ class TopLevel:
 
 
 @dataclass
+class RunSchema(TopLevel):
+    """The primary config as hydra composes it: the top level plus one option of each config group."""
+
+    run_name: str = "${task.name}-${algo.name}-${now:%Y%m%d-%H%M%S}"
+    task: Any = MISSING
+    robot: Any = MISSING
+    policy: Any = MISSING
+    algo: Any = MISSING
+    runtime: Any = MISSING
+
+
+def store_config_schemas() -> None:
+    """Every registered config group option, and the run's schema, into Hydra's ConfigStore (once per
+    process, after the registry is filled: ``runtime.builtins.register_builtins`` calls it)."""
+    store = ConfigStore.instance()
+    store.store(name="run_schema", node=RunSchema)
+    for group in registry.CONFIG_GROUPS:
+        for name in registry.names(group):
+            store.store(group=group, name=name, node=registry.lookup(group, name).config_cls)
+    for name in registry.names("algo"):  # learner: ${algo} in the defaults list picks these
+        defaults = getattr(registry.lookup("algo", name).config_cls, "LEARNER_DEFAULTS", {})
+        store.store(group="learner", name=name, node=LearnerConfig(**defaults))
+
+
+def compose(config_name: str = "config", overrides: list[str] | None = None) -> DictConfig:
+    """Compose a config as the CLI does (for tests and scripts); ``ConfigError`` when hydra refuses an override."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+    from hydra.errors import HydraException
+
+    with initialize_config_module(config_module="robolearn.configs", version_base="1.3"):
+        try:
+            return hydra_compose(config_name=config_name, overrides=overrides or [])
+        except HydraException as exc:
+            raise ConfigError(f"config error: {_hydra_message(exc)}") from None
+
+
+def _hydra_message(exc: Exception) -> str:
+    """Hydra's multi-line report as one line: what it refused, why (its cause), and the key."""
+    parts = [re.sub(r"To append to your config use \S+", "", str(exc).split("Config search path")[0])]
+    cause = exc.__cause__
+    if cause is not None:
+        parts.append((getattr(cause, "msg", None) or str(cause)).splitlines()[0])
+        if getattr(cause, "full_key", None):
+            parts.append(f"(key {cause.full_key})")
+    return " ".join(" ".join(p.split()) for p in parts)
+
+
+class ChoiceConfig(Protocol):
+    """What every config group option has: the registered ``name`` (its other fields are its own dataclass's)."""
+
+    name: str
+
+
+class RobotConfig(ChoiceConfig, Protocol):
+    control_hz: float
+
+
+class RuntimeConfig(ChoiceConfig, Protocol):
+    """Where the processes run: every runtime has these (``runtime.local.LocalRuntimeConfig``)."""
+
+    host: str
+    num_actors: int
+    lease_ttl_s: float
+    status_every_s: float
+    startup_timeout_s: float
+    shutdown_timeout_s: float
+    live_console: bool
+
+
+@dataclass
 class RunConfig:
     run_name: str
     runs_dir: str
@@ -77,11 +156,11 @@ class RunConfig:
     buffer: BufferConfig
     learner: LearnerConfig
     actor: ActorConfig
-    task: Any
-    robot: Any
-    policy: Any
-    algo: Any
-    runtime: Any
+    task: ChoiceConfig
+    robot: RobotConfig
+    policy: ChoiceConfig
+    algo: ChoiceConfig
+    runtime: RuntimeConfig
 
 
 def _typed(schema: type, values: Any, where: str) -> Any:
@@ -149,4 +228,4 @@ def load_run_config(path: Path) -> RunConfig:
 
 
 def to_yaml(cfg: RunConfig) -> str:
-    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+    return OmegaConf.to_yaml(OmegaConf.create(asdict(cfg)))

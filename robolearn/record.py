@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from robolearn.buffer.lerobot_io import lerobot_features, lerobot_frame
+from robolearn.hardware.task import TaskEnv
 
 
 @dataclass
@@ -21,7 +22,8 @@ class RecordResult:
     root: Path
 
 
-def record(env, episodes: int, root: Path, repo_id: str, fps: int, seed: int = 0, task: str = "") -> RecordResult:
+def record(env: TaskEnv, episodes: int, root: Path, repo_id: str, fps: int, seed: int = 0,
+           task: str = "") -> RecordResult:
     """Record ``episodes`` expert episodes of ``env`` (seeds ``seed``, ``seed + 1``, ...) into ``root``.
     Each frame's lerobot ``task`` is the env's ``instruction`` when it has one, else ``task``."""
     if not hasattr(env, "expert_action"):

@@ -7,11 +7,9 @@ from tests.helpers import robolearn
 
 
 def _cfg(**changes):
-    from hydra import compose, initialize_config_module
+    from robolearn.config import compose
 
-    with initialize_config_module(config_module="robolearn.configs", version_base="1.3"):
-        overrides = [f"{k}={v}" for k, v in changes.items()]
-        return compose(config_name="config", overrides=overrides)
+    return compose("config", [f"{k}={v}" for k, v in changes.items()])
 
 
 def test_default_config_validates_to_typed_groups():

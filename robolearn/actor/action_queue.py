@@ -41,9 +41,6 @@ class ActionQueue:
         for t in [t for t in self._items if t >= tick]:
             del self._items[t]
 
-    def has(self, tick: int) -> bool:
-        return tick in self._items
-
     def remaining(self, tick: int) -> int:
         """Consecutive queued ticks from ``tick`` on: how long the robot can run without a new chunk."""
         n = 0

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from robolearn.actor.action_queue import ActionQueue, TimedAction
+from robolearn.clock import Clock
+from robolearn.inference.client import ChunkClient
 from robolearn.inference.protocol import ChunkRequest, ChunkResponse
 from robolearn.specs import ActionSpec
 
@@ -126,7 +128,7 @@ class ExecutorMetrics:
 class ChunkExecutor:
     """One robot's chunk queue, scheduler and splicer around a policy client (``inference.client``)."""
 
-    def __init__(self, client, action_spec: ActionSpec, horizon: int, config: ChunkingConfig | None = None,
+    def __init__(self, client: ChunkClient, action_spec: ActionSpec, horizon: int, config: ChunkingConfig | None = None,
                  robot_id: str = "", before_request: Callable[[], None] | None = None,
                  on_chunk: Callable[[int, np.ndarray], None] | None = None) -> None:
         self.client = client
@@ -220,7 +222,7 @@ class ChunkExecutor:
             self.queue.replace_from(tick, *args, **tags)
 
     # --- the tick ----------------------------------------------------------------------------------
-    def start_episode(self, observation: dict[str, np.ndarray], tick: int, clock) -> None:
+    def start_episode(self, observation: dict[str, np.ndarray], tick: int, clock: Clock) -> None:
         """Before an episode's first tick (the robot is at rest): clear the queue and block until a first
         chunk is in. Under a real clock (``clock.period > 0``) this sleeps between polls and the wait is
         also a delay measurement (in ticks) for the scheduler; under a simulated one it does not wait."""

@@ -59,10 +59,10 @@ def _parse_at(data: bytes | memoryview, pos: int) -> tuple[int, list[int], list[
         return "record runs past the end of the file (torn, or corrupt lengths)"
     check = zlib.crc32(data[pos + _HEAD.size:lengths_end])
     offsets, off = [], lengths_end + 4
-    for ln in lengths:
+    for length in lengths:
         offsets.append(off)
-        check = zlib.crc32(data[off:off + ln], check)
-        off += ln
+        check = zlib.crc32(data[off:off + length], check)
+        off += length
     if check != crc:
         return "checksum mismatch"
     return end, offsets, lengths
@@ -126,7 +126,7 @@ class SegmentLog:
                                              f"{len(data) - pos} bytes of this segment skipped")
                     break
                 end, offsets, lengths = parsed
-                frames = [data[o:o + ln] for o, ln in zip(offsets, lengths)]
+                frames = [data[o:o + length] for o, length in zip(offsets, lengths)]
                 self.num_records += 1
                 yield RecordRef(seg, tuple(offsets)), frames
                 pos = end

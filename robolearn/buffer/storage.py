@@ -37,22 +37,22 @@ class ImageCache:
         self.ram_budget = ram_budget
         self.ram_bytes = 0
 
-    def place(self, table: StepTable, slots: np.ndarray, overwritten: np.ndarray, d: dict[str, np.ndarray],
+    def place(self, table: StepTable, slots: np.ndarray, overwritten: np.ndarray, batch: dict[str, np.ndarray],
               ref: RecordRef) -> None:
-        """Cache the frames of a stored batch (``d``, at ``ref``) in ``slots``; free what ``overwritten`` held."""
+        """Cache the frames of a stored batch (``batch``, at ``ref``) in ``slots``; free what ``overwritten`` held."""
         for s_old in overwritten:
             self._evict(table, int(s_old))
-        frame_of = {name: i for i, name in enumerate(d)}  # encode() keeps dict order
+        frame_of = {name: i for i, name in enumerate(batch)}  # encode() keeps dict order
         for k in table.img_keys:
             field_name = f"{OBS_PREFIX}{k}"
-            lens = d[f"{ZLEN_PREFIX}{field_name}"]
+            lens = batch[f"{ZLEN_PREFIX}{field_name}"]
             ends = np.cumsum(lens)
             starts = ends - lens
             refs = table.cols[f"ref.{k}"]
             refs[slots, 0] = ref.segment
             refs[slots, 1] = ref.frame_offsets[1 + frame_of[f"{Z_PREFIX}{field_name}"]] + starts  # 0: header
             refs[slots, 2] = lens
-            data = d[f"{Z_PREFIX}{field_name}"].tobytes()
+            data = batch[f"{Z_PREFIX}{field_name}"].tobytes()
             ram = table.blobs[k]
             for s_new, a, e in zip(slots.tolist(), starts.tolist(), ends.tolist()):
                 ram[s_new] = data[a:e]
@@ -81,8 +81,8 @@ class ImageCache:
         s = table.slot(gid)
         blob = table.blobs[key][s]
         if blob is None:
-            seg, off, ln = table.cols[f"ref.{key}"][s]
-            blob = self.log.read_frame(int(seg), int(off), int(ln))
+            seg, off, length = table.cols[f"ref.{key}"][s]
+            blob = self.log.read_frame(int(seg), int(off), int(length))
         return blob
 
     def decompress(self, key: str, blobs: Sequence[bytes]) -> np.ndarray:
@@ -139,7 +139,7 @@ class Storage:
             recovered.append((robot_id, episode_id))
         return recovered
 
-    def _index(self, robot_id: str, d: dict[str, np.ndarray], partition: str, ref: RecordRef) -> None:
-        self.index.insert(robot_id, d, partition,
-                          lambda table, slots, overwritten: self.images.place(table, slots, overwritten, d, ref))
+    def _index(self, robot_id: str, batch: dict[str, np.ndarray], partition: str, ref: RecordRef) -> None:
+        self.index.insert(robot_id, batch, partition,
+                          lambda table, slots, overwritten: self.images.place(table, slots, overwritten, batch, ref))
         self.images.enforce_budget()

@@ -219,12 +219,12 @@ class StepIndex:
             raise SpecError(f"episode {key[1]} of {key[0]}: step {first_step} follows step {last_step}; "
                             "steps are not consecutive")
 
-    def insert(self, robot_id: str, d: dict[str, np.ndarray], partition: str, place_images: PlaceImages) -> None:
-        """Index one stored batch of consecutive steps. ``d`` holds its image fields compressed; the steps'
+    def insert(self, robot_id: str, batch: dict[str, np.ndarray], partition: str, place_images: PlaceImages) -> None:
+        """Index one stored batch of consecutive steps. ``batch`` holds its image fields compressed; the steps'
         images are left to ``place_images``, called once the other columns are written and before the steps
         become visible, with the slots that held older steps (a ring overwriting its oldest)."""
-        n = len(d["action"])
-        key = (robot_id, int(d["episode_id"][0]), partition)
+        n = len(batch["action"])
+        key = (robot_id, int(batch["episode_id"][0]), partition)
         table_name = table_of(partition)
         table = self.tables[table_name]
         table.reserve(n)
@@ -238,14 +238,14 @@ class StepIndex:
         overwritten = slots[cols["gid"][slots] >= 0] if table.ring else slots[:0]  # only a ring reuses slots
         cols["gid"][slots] = gids
         for name in SCALAR_FIELDS:
-            cols[name][slots] = d[name]
-        cols["action"][slots] = d["action"]
+            cols[name][slots] = batch[name]
+        cols["action"][slots] = batch["action"]
         cols["episode_key"][slots] = ep_idx
         cols["next_gid"][slots[:-1]] = gids[1:]
         cols["next_gid"][slots[-1]] = -1
         cols["has_next"][slots] = False
         for k in self.vec_keys:
-            cols[f"{OBS_PREFIX}{k}"][slots] = d[f"{OBS_PREFIX}{k}"]
+            cols[f"{OBS_PREFIX}{k}"][slots] = batch[f"{OBS_PREFIX}{k}"]
         place_images(table, slots, overwritten)
         prev = self.open_episodes.get(key)
         if prev is not None and table.holds(prev):
@@ -254,21 +254,21 @@ class StepIndex:
         self._make_sampleable(table, gids[:-1])
         table.n += n
         ep.n_steps += n
-        ep.ret += float(d["reward"].sum())
-        ep.interventions += int(d["intervention"].sum())
-        if d["intervention"].any():
-            self.ep_last_intervention[ep_idx] = int(d["step"][np.flatnonzero(d["intervention"])[-1]])
-        self.counts_by_source += np.bincount(d["action_source"], minlength=3)[:3]
-        self.max_version = max(self.max_version, int(d["policy_version"].max()))
+        ep.ret += float(batch["reward"].sum())
+        ep.interventions += int(batch["intervention"].sum())
+        if batch["intervention"].any():
+            self.ep_last_intervention[ep_idx] = int(batch["step"][np.flatnonzero(batch["intervention"])[-1]])
+        self.counts_by_source += np.bincount(batch["action_source"], minlength=3)[:3]
+        self.max_version = max(self.max_version, int(batch["policy_version"].max()))
         ep.last_gid = int(gids[-1])
-        if d["terminated"][-1] or d["truncated"][-1]:
-            ep.success = bool(d["success"][-1])
+        if batch["terminated"][-1] or batch["truncated"][-1]:
+            ep.success = bool(batch["success"][-1])
             self.ep_success[ep_idx] = ep.success
             self._mark_ended(ep_idx)
             for k in self.vec_keys:
-                self.final_vec[k][ep_idx] = d[f"{FINAL_OBS_PREFIX}{k}"]
+                self.final_vec[k][ep_idx] = batch[f"{FINAL_OBS_PREFIX}{k}"]
             for k in self.img_keys:
-                self.final_img[k][ep_idx] = d[f"{Z_PREFIX}{FINAL_OBS_PREFIX}{k}"].tobytes()
+                self.final_img[k][ep_idx] = batch[f"{Z_PREFIX}{FINAL_OBS_PREFIX}{k}"].tobytes()
             self._make_sampleable(table, gids[-1:])
             self.open_episodes.pop(key, None)
         else:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from robolearn.hardware.task import TaskEnv
+
 
 @dataclass
 class ChunkDataset:
@@ -43,7 +45,7 @@ def chunk_pairs(states: list[np.ndarray], actions: list[np.ndarray], horizon: in
     return s, padded[idx], (idx < t_len).astype(np.float32)
 
 
-def expert_demos(env, episodes: int, horizon: int, seed: int = 0, action_noise: float = 0.0,
+def expert_demos(env: TaskEnv, episodes: int, horizon: int, seed: int = 0, action_noise: float = 0.0,
                  past: int = 0) -> ChunkDataset:
     """Run the env's scripted expert for ``episodes`` seeded episodes and cut them into chunks.
 

@@ -23,15 +23,15 @@ DEMO_CODE = PARTITIONS.index("demo")
 def sample_chunk_windows(buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: int, horizon: int,
                          **filters) -> dict[str, torch.Tensor]:
     """``filters`` go to ``ReplayBuffer.sample`` (``mix``, ``min_return``, ``min_episode_steps``, ...)."""
-    b = buffer.sample(batch_size, horizon=horizon, gamma=1.0, with_info=True, **filters)
-    actions = action_spec.to_normalised(b["action"]).astype(np.float32)
+    drawn = buffer.sample(batch_size, horizon=horizon, gamma=1.0, with_info=True, **filters)
+    actions = action_spec.to_normalised(drawn["action"]).astype(np.float32)
 
     def t(x, dtype=torch.float32):
         return torch.as_tensor(np.asarray(x), dtype=dtype)
 
     return {
-        "obs": t(b["obs.state"]), "next_obs": t(b["next_obs.state"]), "actions": t(actions),
-        "valid": t(b["action_mask"]), "done": t(b["discount"] == 0.0),
-        "demo": t(b["partition"] == DEMO_CODE), "intervention": t(b["intervention"]),
-        "labelled": t(b["labelled"]), "episode_success": t(b["episode_success"]),
+        "obs": t(drawn["obs.state"]), "next_obs": t(drawn["next_obs.state"]), "actions": t(actions),
+        "valid": t(drawn["action_mask"]), "done": t(drawn["discount"] == 0.0),
+        "demo": t(drawn["partition"] == DEMO_CODE), "intervention": t(drawn["intervention"]),
+        "labelled": t(drawn["labelled"]), "episode_success": t(drawn["episode_success"]),
     }

@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -40,6 +41,7 @@ from robolearn.specs import ActionSpec
 class SACConfig:
     """``algo=sac``."""
 
+    LEARNER_DEFAULTS: ClassVar[dict] = {"batch_size": 128, "learning_starts": 500}  # learner.* with algo=sac
     name: str = "sac"
     num_critics: int = 2
     critic_subset: int = 2         # target = min over a random subset of this many critics
@@ -197,18 +199,18 @@ class SAC:
             r = self.cfg.demo_ratio
             mix = {"online": 1 - r, "demo": r * sizes["demo"] / offline,
                    "intervention": r * sizes["intervention"] / offline}
-        b = buffer.sample(batch_size, horizon=self.actor.horizon, gamma=self.cfg.gamma, mix=mix)
-        action = action_spec.to_normalised(b["action"]).reshape(len(b["action"]), -1)
-        batch = {"action": torch.from_numpy(action), "reward": torch.from_numpy(b["reward"]),
-                 "discount": torch.from_numpy(b["discount"])}
+        drawn = buffer.sample(batch_size, horizon=self.actor.horizon, gamma=self.cfg.gamma, mix=mix)
+        action = action_spec.to_normalised(drawn["action"]).reshape(len(drawn["action"]), -1)
+        batch = {"action": torch.from_numpy(action), "reward": torch.from_numpy(drawn["reward"]),
+                 "discount": torch.from_numpy(drawn["discount"])}
         for side in ("obs", "next_obs"):
-            state = torch.from_numpy(b[f"{side}.state"])
+            state = torch.from_numpy(drawn[f"{side}.state"])
             if self.actor.encoder is None:
                 batch[side] = state
                 continue
             batch[side] = {"state": state}
             for k in self.actor.encoder.keys:  # uint8 (B, H, W, 3), shifted with the replay generator
-                frames = torch.from_numpy(np.ascontiguousarray(b[f"{side}.{k}"]))
+                frames = torch.from_numpy(np.ascontiguousarray(drawn[f"{side}.{k}"]))
                 pad = self.cfg.image_shift_pad
                 batch[side][k] = random_shift(frames, buffer.rng, pad) if pad else frames
         return batch

@@ -8,6 +8,7 @@ importing one has no side effect and the registry imports nothing (no import cyc
 from __future__ import annotations
 
 from robolearn import registry
+from robolearn.config import store_config_schemas
 
 
 def register_builtins() -> None:
@@ -41,3 +42,4 @@ def register_builtins() -> None:
         ("human", "scripted", ScriptedHumanConfig, ScriptedHuman),
     ):
         registry.register(group, name, config_cls, factory)
+    store_config_schemas()

@@ -85,15 +85,15 @@ def _tail(path: Path, n: int = 15) -> str:
 
 def run_local(cfg: RunConfig, run: RunDir) -> dict:
     """Run until the budget is spent or Ctrl-C; return the summary (also written to summary.json)."""
-    rt: LocalRuntimeConfig = cfg.runtime
+    runtime: LocalRuntimeConfig = cfg.runtime
     for stale in [run.endpoints, run.resources, *run.root.glob("status/*.json")]:
         stale.unlink(missing_ok=True)
     console = Console()
     t0 = time.monotonic()
     interrupted = _install_stop_signals()
     kind = robot_type(cfg)
-    leases = LeaseManager(resources_for(cfg.robot, kind, rt.num_actors), rt.lease_ttl_s)
-    write_json_atomic(run.resources, {"endpoint": leases.serve(rt.host), "type": kind})
+    leases = LeaseManager(resources_for(cfg.robot, kind, runtime.num_actors), runtime.lease_ttl_s)
+    write_json_atomic(run.resources, {"endpoint": leases.serve(runtime.host), "type": kind})
     procs: dict[str, _Proc] = {"learner": _Proc("learner", run, ["learner", str(run.root)])}
     write_json_atomic(run.root / "pids.json", {"learner": procs["learner"].popen.pid})
     failure = ""
@@ -102,13 +102,13 @@ def run_local(cfg: RunConfig, run: RunDir) -> dict:
         while not run.endpoints.exists() and not interrupted:
             if not procs["learner"].alive():
                 raise RuntimeError("the learner exited during start-up:\n" + _tail(run.log("learner")))
-            if time.monotonic() - t0 > rt.startup_timeout_s:
-                raise RuntimeError(f"the learner did not start within {rt.startup_timeout_s} s")
+            if time.monotonic() - t0 > runtime.startup_timeout_s:
+                raise RuntimeError(f"the learner did not start within {runtime.startup_timeout_s} s")
             time.sleep(0.05)
         if interrupted:
             stop_reason = f"interrupted ({interrupted[0]}) during start-up"
         else:
-            for i in range(rt.num_actors):
+            for i in range(runtime.num_actors):
                 procs[f"actor-{i}"] = _Proc(f"actor-{i}", run, ["actor", str(run.root), str(i)])
             write_json_atomic(run.root / "pids.json", {k: p.popen.pid for k, p in procs.items()})
             stop_reason, failure = _watch(cfg, run, procs, console, interrupted)
@@ -118,8 +118,8 @@ def run_local(cfg: RunConfig, run: RunDir) -> dict:
         codes = {}
         for name, proc in procs.items():  # actors first (they flush), then the learner (it drains)
             if name != "learner":
-                codes[name] = proc.stop(rt.shutdown_timeout_s)
-        codes["learner"] = procs["learner"].stop(rt.shutdown_timeout_s)
+                codes[name] = proc.stop(runtime.shutdown_timeout_s)
+        codes["learner"] = procs["learner"].stop(runtime.shutdown_timeout_s)
         leases.close()
         run.resources.unlink(missing_ok=True)
     summary = _summary(run, procs, time.monotonic() - t0, stop_reason, failure, codes)
@@ -194,33 +194,33 @@ def _collect(run: RunDir, procs: dict) -> dict:
 
 
 def _status_line(status: dict, elapsed: float) -> Text:
-    ln = status["learner"]
+    learner = status["learner"]
     actors = status["actors"]
     actor_version = min((a.get("version", 0) for a in actors), default=0)
-    lag = max(0, ln.get("version", 0) - actor_version) if actors else 0
+    lag = max(0, learner.get("version", 0) - actor_version) if actors else 0
     return Text.assemble(
         (f"{elapsed / 60:5.1f} min ", "bold"),
-        f"env steps {ln.get('env_steps', 0):>7}  ",
-        f"episodes {ln.get('episodes', 0):>5}  ",
-        ("success(50) ", ""), (f"{100 * ln.get('success_rate_50', 0.0):5.1f}%  ", "green"),
-        f"updates {ln.get('updates', 0):>7} ({ln.get('updates_per_s', 0.0):5.1f}/s)  ",
-        f"policy v{ln.get('version', 0)} lag {lag}",
+        f"env steps {learner.get('env_steps', 0):>7}  ",
+        f"episodes {learner.get('episodes', 0):>5}  ",
+        ("success(50) ", ""), (f"{100 * learner.get('success_rate_50', 0.0):5.1f}%  ", "green"),
+        f"updates {learner.get('updates', 0):>7} ({learner.get('updates_per_s', 0.0):5.1f}/s)  ",
+        f"policy v{learner.get('version', 0)} lag {lag}",
     )
 
 
 def _summary(run: RunDir, procs: dict, wall_s: float, stop_reason: str, failure: str, codes: dict) -> dict:
     status = _collect(run, procs)
-    ln = status["learner"]
+    learner = status["learner"]
     return {
         "run_dir": str(run.root), "wall_minutes": wall_s / 60, "stopped_because": failure or stop_reason,
         "ok": not failure, "exit_codes": codes,
-        "env_steps": ln.get("env_steps", 0), "episodes": ln.get("episodes", 0),
-        "success_rate_last_50": ln.get("success_rate_50", 0.0), "updates": ln.get("updates", 0),
-        "updates_per_s": ln.get("updates_per_s", 0.0), "policy_version": ln.get("version", 0),
-        "buffer_records": ln.get("buffer_records", 0), "rejected_messages": ln.get("rejected_messages", 0),
-        "resumed_from": ln.get("resumed_from"),
-        "policy_lag_p95": ln.get("policy_lag_p95", 0), "policy_lag_max": ln.get("policy_lag_max", 0),
-        "policy_lag_histogram": ln.get("policy_lag_histogram", {}),
+        "env_steps": learner.get("env_steps", 0), "episodes": learner.get("episodes", 0),
+        "success_rate_last_50": learner.get("success_rate_50", 0.0), "updates": learner.get("updates", 0),
+        "updates_per_s": learner.get("updates_per_s", 0.0), "policy_version": learner.get("version", 0),
+        "buffer_records": learner.get("buffer_records", 0), "rejected_messages": learner.get("rejected_messages", 0),
+        "resumed_from": learner.get("resumed_from"),
+        "policy_lag_p95": learner.get("policy_lag_p95", 0), "policy_lag_max": learner.get("policy_lag_max", 0),
+        "policy_lag_histogram": learner.get("policy_lag_histogram", {}),
         "intervention_steps": sum(a.get("intervention_steps", 0) for a in status["actors"]),
         "throttled_s": sum(a.get("throttled_s", 0.0) for a in status["actors"]),
         "waited_for_learner_s": sum(a.get("waited_for_learner_s", 0.0) for a in status["actors"]),

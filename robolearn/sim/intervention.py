@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from robolearn.hardware.teleop import TeleopEvent, TeleopReading
+from robolearn.sim.arm_task import ArmTaskEnv
 
 
 @dataclass
@@ -38,7 +39,7 @@ class ScriptedHumanConfig:
 class ScriptedHuman:
     name = "scripted_human"
 
-    def __init__(self, env, config: ScriptedHumanConfig | None = None) -> None:
+    def __init__(self, env: ArmTaskEnv, config: ScriptedHumanConfig | None = None) -> None:
         if not hasattr(env, "expert_action"):
             raise ValueError(f"{type(env).__name__} has no scripted expert; the scripted human needs one")
         self.env = env
