@@ -1,4 +1,5 @@
-"""The learners' losses against values computed by hand on tiny batches (ALGORITHMS.md sections 3-5)."""
+"""The learners' losses against values computed by hand on tiny batches (docs/algorithms.md: SAC and RLPD,
+HABC, Hi-ORS)."""
 
 import math
 

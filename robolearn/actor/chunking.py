@@ -6,7 +6,7 @@ Per control tick ``t`` the ``ChunkExecutor`` (never blocks):
     2. if the scheduler says so, send a request          (observation at t, committed prefix, planned delay)
     3. pop the action for tick t                         (none queued: a stall, hold the last safe command)
 
-Modes (``ChunkingConfig.mode``), ALGORITHMS.md section 1:
+Modes (``ChunkingConfig.mode``), docs/algorithms.md, "Latency-aware chunk scheduling":
 
     sync           ask only when the queue is empty; the robot holds still while the policy thinks and
                    the chunk starts when it arrives

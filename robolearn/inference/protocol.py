@@ -3,7 +3,8 @@
 A request carries the observation it was taken from and its tick, the committed actions (queued
 actions that will execute while the chunk is computed; ARLI state augmentation / the RTC prefix),
 and the delay in ticks it was planned for; a two-stage request is completed later by a
-mid-inference observation (ARLI, ALGORITHMS.md section 2). The response is a chunk for ticks ``tick .. tick+H-1``
+mid-inference observation (ARLI, docs/algorithms.md, "Two-stage scheduling"). The response is a chunk for
+ticks ``tick .. tick+H-1``
 whose first ``prefix_len`` actions equal the committed ones (for prefix-conditioned policies),
 tagged with the weight version that computed it.
 

@@ -1,4 +1,4 @@
-"""HABC: hierarchical advantage-weighted behaviour cloning (ALGORITHMS.md section 4).
+"""HABC: hierarchical advantage-weighted behaviour cloning (docs/algorithms.md, "HABC").
 
 A value model with a shared backbone phi and two heads scores every window (s, a_{t:t+H}, s'):
 

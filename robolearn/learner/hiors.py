@@ -1,4 +1,4 @@
-"""Hi-ORS: rejection sampling with reward-weighted supervision (ALGORITHMS.md section 5).
+"""Hi-ORS: rejection sampling with reward-weighted supervision (docs/algorithms.md, "Hi-ORS").
 
 An episode is accepted when its return R >= m; the threshold m never decreases. The policy is trained
 by flow matching on windows of accepted episodes only (interventions inside them are kept):

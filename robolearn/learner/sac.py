@@ -1,6 +1,6 @@
 """Soft actor-critic with a LayerNorm critic ensemble (RLPD-style), for state and image observations.
 
-Reads top to bottom like the math (ALGORITHMS.md section 3):
+Reads top to bottom like the math (docs/algorithms.md, "SAC and RLPD"):
 
     y      = r + discount * (min_{j in subset} Q'_j(s', a') - alpha * log pi(a'|s')),  a' ~ pi(s')
     L_Q    = sum_i mean_B (Q_i(s, a) - y)^2

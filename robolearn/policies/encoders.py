@@ -1,4 +1,5 @@
-"""Image encoders for policies and critics, and random-shift augmentation (DrQ; ALGORITHMS.md section 3).
+"""Image encoders for policies and critics, and random-shift augmentation (DrQ; docs/algorithms.md, "Image
+encoder and random shift").
 
 ``ImageEncoder``: per camera a small CNN on uint8 (B, H, W, 3) frames scaled to [0, 1]: conv 3x3 stride 2,
 three convs 3x3 stride 1 (32 channels, ReLU), flatten, Linear -> LayerNorm -> tanh to ``feature_dim``.

@@ -4,7 +4,7 @@ The policy maps an observation to a chunk of H actions by integrating a learned 
 Gaussian noise (flow time tau = 0) to actions (tau = 1). Each chunk position has its own flow time,
 which is how the committed prefix enters: positions i < d (actions that will execute while the
 chunk is being computed) are given clean, with tau_i = 1, and the network predicts the rest
-consistent with them. ALGORITHMS.md section 1:
+consistent with them. docs/algorithms.md, "Prefix conditioning and sampling":
 
     training    x0 ~ N(0, I), x1 = demo chunk, tau = 1 - Beta(1.5, 1), d ~ U{0..D}
                 x_tau = tau * x1 + (1 - tau) * x0 for i >= d;  x_i = x1_i and tau_i = 1 for i < d
@@ -22,7 +22,7 @@ Two choices of ours, both measured on push_cube BC (200 demos, 3000 steps, 30 ep
   loss is taken in that space, i.e. the velocity loss weighted by (1 - tau)^2: same minimiser.
 The backbone is an MLP over [normalised state; tau-gated noisy chunk; per-position time features].
 
-Two-stage requests (ARLI late binding, ALGORITHMS.md section 2), ``mid_observation=True``: the chunk is
+Two-stage requests (ARLI late binding, docs/algorithms.md, "Two-stage requests"), ``mid_observation=True``: the chunk is
 anchored at the latest observation. A request's first observation s (taken k ticks earlier) becomes
 context, the mid-inference state s_mid is the state the chunk starts from, and its prefix is the
 committed actions from s_mid's tick on: cond = [s_mid; s; k / D], p = d - k clean positions. So the

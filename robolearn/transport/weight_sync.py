@@ -1,4 +1,4 @@
-"""Versioned weight publication with sparse deltas (ALGORITHMS.md section 7).
+"""Versioned weight publication with sparse deltas (docs/architecture.md, "Weights channel").
 
 The publisher compares each tensor with the previous version bit for bit and, when that is smaller,
 sends only the changed elements: their flat indices, delta-encoded (the first index, then gaps) in
