@@ -43,6 +43,7 @@ from robolearn.inference.client import SimulatedLatencyClient  # noqa: E402
 from robolearn.inference.runner import ChunkPolicyRunner  # noqa: E402
 from robolearn.learner.bc import expert_demos, train_bc  # noqa: E402
 from robolearn.learner.chunk_batch import sample_chunk_windows  # noqa: E402
+from robolearn.learner.config import LearnerConfig  # noqa: E402
 from robolearn.learner.habc import HABC, HABCConfig  # noqa: E402
 from robolearn.learner.hiors import HiORS, HiORSConfig  # noqa: E402
 from robolearn.policies.flow_chunk import FlowChunkPolicy, FlowChunkPolicyConfig  # noqa: E402
@@ -51,7 +52,7 @@ from robolearn.sim.intervention import ScriptedHuman, ScriptedHumanConfig  # noq
 from robolearn.transition import ActionSource, TransitionWriter  # noqa: E402
 
 H, EXECUTE = 10, 5
-BATCH_SIZE = 256  # learner.batch_size for habc and hiors
+BATCH_SIZE = LearnerConfig().batch_size  # learner.batch_size with algo=habc / hiors
 DEMO_SEED, TRAIN_SEED, EVAL_SEED = 200_000, 300_000, 0
 
 

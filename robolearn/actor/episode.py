@@ -18,6 +18,7 @@ so every action a robot executes keeps a unique tick.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -176,7 +177,7 @@ class EpisodeLoop:
         self.clock.reset()
         stalls_before, start = self.executor.metrics.stalled_ticks, self.tick
         ret, executed, human_ticks, success, stopped = 0.0, [], 0, False, False
-        for step in range(10**12):
+        for step in itertools.count():
             if self.gate is not None and not self.gate(self.tick):
                 stopped = True
                 break
