@@ -208,15 +208,15 @@ def check_buildable(cfg: RunConfig) -> None:
     robot / policy / algo mismatch fails before any process starts; ``ConfigError`` says which."""
     try:
         obs_spec, action_spec = task_specs(cfg)
-    except (ValueError, TypeError, NotImplementedError) as exc:
+    except (ValueError, NotImplementedError) as exc:
         raise ConfigError(f"config error at 'task={cfg.task.name} robot={cfg.robot.name}': {exc}") from None
     try:
         policy = build_policy(cfg, obs_spec, action_spec)
-    except (ValueError, TypeError, NotImplementedError) as exc:
+    except (ValueError, NotImplementedError) as exc:
         raise ConfigError(f"config error at 'policy={cfg.policy.name}' for task={cfg.task.name}: {exc}") from None
     try:
         registry.lookup("algo", cfg.algo.name).factory(policy, cfg.algo, cfg.seed)
-    except (ValueError, TypeError, NotImplementedError) as exc:
+    except (ValueError, NotImplementedError) as exc:
         raise ConfigError(f"config error at 'algo={cfg.algo.name}' with policy={cfg.policy.name}: {exc}") from None
 
 

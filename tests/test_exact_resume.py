@@ -83,3 +83,27 @@ def test_resumed_learner_makes_the_uninterrupted_runs_next_update(tmp_path, algo
     assert after_b.keys() == after_a.keys()
     for k in after_a:
         assert torch.equal(after_a[k], after_b[k]), k
+
+
+def test_an_error_in_an_update_ends_the_learner_instead_of_vanishing(tmp_path):
+    import threading
+
+    from robolearn.stop_flag import StopFlag
+
+    cfg = validate(_cfg(task="reach", run_name="loud", **ALGOS["sac"], **{"learner.learning_starts": "0"}))
+    stop = StopFlag()
+    learner = Learner(RunDir(tmp_path), cfg, stop)
+    fill(learner)
+
+    def broken_update(batch):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")  # what a broken torch update raises
+
+    learner.algo.update = broken_update
+    timer = threading.Timer(20.0, stop.set)  # without the error surfacing, the loop would spin until then
+    timer.start()
+    try:
+        with pytest.raises(RuntimeError, match="mat1 and mat2"):
+            learner.run_forever()
+    finally:
+        timer.cancel()
+        learner.buffer.close()

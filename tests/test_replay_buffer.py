@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from robolearn.buffer.replay_buffer import ReplayBuffer
+from robolearn.buffer.samplers import NotEnoughData
 from robolearn.specs import SpecError
 from tests.buffer_data import ACT, OBS, batch, obs_at
 
@@ -155,5 +156,5 @@ def test_return_filter_never_returns_a_short_batch_when_its_cached_episodes_were
         buf.add("a", batch(ep, 0, 1, end="terminated", reward=0.0))  # gids 3-63
     assert len(buf.sample(64, min_return=1.0)["obs.state"]) == 64
     buf.add("b", batch(100, 0, 3))  # overwrites gids 0-2 while still in the same eighth of the ring
-    with pytest.raises(RuntimeError, match="passes the success/return filter"):
+    with pytest.raises(NotEnoughData, match="passes the success/return filter"):
         buf.sample(64, min_return=1.0)

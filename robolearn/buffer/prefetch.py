@@ -6,13 +6,15 @@ import queue
 import threading
 from collections.abc import Callable
 
+from robolearn.buffer.samplers import NotEnoughData
+
 
 class Prefetcher:
     """Calls ``sample()`` on a daemon thread and keeps up to ``depth`` batches ready.
 
     ``get`` re-raises an exception from the sampler in the caller's thread, so a sampling error is
-    never swallowed. ``sample`` may raise ``LookupError``-free ``RuntimeError`` while the buffer is still
-    too small: the thread then retries after ``retry_s``.
+    never swallowed. Only ``NotEnoughData`` (the buffer is still too small for the request) is retried,
+    after ``retry_s``; the consumer then sees ``queue.Empty`` from ``get`` until a batch is ready.
     """
 
     def __init__(self, sample: Callable[[], dict], depth: int = 2, retry_s: float = 0.05) -> None:
@@ -27,10 +29,10 @@ class Prefetcher:
         while not self._stop.is_set():
             try:
                 item = self._sample()
-            except RuntimeError:  # not enough data yet
+            except NotEnoughData:
                 self._stop.wait(self._retry_s)
                 continue
-            except Exception as exc:  # handed to the consumer
+            except Exception as exc:  # noqa: BLE001 -- not swallowed: get() re-raises it in the consumer
                 item = exc
             while not self._stop.is_set():
                 try:

@@ -18,6 +18,11 @@ from robolearn.transition import OBS_PREFIX
 Picks = list[tuple[str, np.ndarray]]  # (partition, drawn gids of its table)
 
 
+class NotEnoughData(Exception):
+    """Nothing the request may draw is in the buffer yet. The one sampling failure the learner waits out;
+    it is no ``RuntimeError``, so torch's own errors are never mistaken for it."""
+
+
 class Sampler:
     def __init__(self, index: StepIndex, images: ImageCache, rng: np.random.Generator) -> None:
         self.index = index
@@ -89,14 +94,14 @@ class Sampler:
         if mix is None:
             sizes = np.array([len(live[p]) for p in PARTITIONS], float)
             if sizes.sum() == 0:
-                raise RuntimeError("the buffer has no sampleable step yet")
+                raise NotEnoughData("the buffer has no sampleable step yet")
             return sizes / sizes.sum()
         unknown = set(mix) - set(PARTITIONS)
         if unknown:
             raise ValueError(f"unknown partition(s) {sorted(unknown)} in mix; partitions are {PARTITIONS}")
         ratios = np.array([mix.get(p, 0.0) if len(live[p]) else 0.0 for p in PARTITIONS])
         if ratios.sum() <= 0:
-            raise RuntimeError(f"no sampleable step in the partitions of {mix}")
+            raise NotEnoughData(f"no sampleable step in the partitions of {mix}")
         return ratios / ratios.sum()
 
     def _draw_by_age(self, table: StepTable, gids: np.ndarray, count: int, age_decay: float, age_uniform: float,
@@ -130,7 +135,7 @@ class Sampler:
         for refresh in (False, True):
             cands = self._filtered_gids(success_only, min_return, min_steps, refresh)
             if not sum(len(g) for _, g in cands):
-                raise RuntimeError("no committed episode passes the success/return filter yet")
+                raise NotEnoughData("no committed episode passes the success/return filter yet")
             sizes = np.array([len(g) for _, g in cands], float)
             counts = self.rng.multinomial(b, sizes / sizes.sum())
             picks = [(p, self._draw_alive(self.index.table(p), g, c)) for (p, g), c in zip(cands, counts)]

@@ -29,6 +29,7 @@ import zmq
 
 from robolearn.buffer.prefetch import Prefetcher
 from robolearn.buffer.replay_buffer import ReplayBuffer
+from robolearn.buffer.samplers import NotEnoughData
 from robolearn.builders import build_policy, task_specs
 from robolearn.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from robolearn.learner.algorithm import Algorithm
@@ -177,8 +178,8 @@ class Learner:
             if self.algo.num_updates < self._updates_due():
                 try:
                     metrics = self.update_once(prefetch)
-                except (queue.Empty, RuntimeError):  # nothing sampleable yet: keep ingesting, watch the stop flag
-                    continue
+                except (queue.Empty, NotEnoughData):  # no batch ready yet: keep ingesting, watch the stop flag
+                    continue  # any other error ends the learner with its traceback (robolearn.runtime.worker)
                 if self.algo.num_updates % schedule.publish_every == 0:
                     self.version += 1
                     self._publish(pub)

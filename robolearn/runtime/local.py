@@ -214,6 +214,8 @@ def _summary(run: RunDir, procs: dict, wall_s: float, stop_reason: str, failure:
     return {
         "run_dir": str(run.root), "wall_minutes": wall_s / 60, "stopped_because": failure or stop_reason,
         "ok": not failure, "exit_codes": codes,
+        # the end of the log of each process that did not exit cleanly: its traceback, when it raised
+        "process_errors": {name: _tail(run.log(name), 30) for name, code in codes.items() if code != 0},
         "env_steps": learner.get("env_steps", 0), "episodes": learner.get("episodes", 0),
         "success_rate_last_50": learner.get("success_rate_50", 0.0), "updates": learner.get("updates", 0),
         "updates_per_s": learner.get("updates_per_s", 0.0), "policy_version": learner.get("version", 0),
