@@ -67,7 +67,7 @@ class TickWork:
 
 def run_mode(mode: str, ticks: int, endpoint: str) -> dict:
     env = ReachEnv(ReachConfig(episode_ticks=10 * ticks, success_radius=1e-9), SimSO101Config(control_hz=HZ))
-    client = RemoteClient(endpoint, f"robot-{mode}")
+    client = RemoteClient(endpoint, f"robot-{mode}", H, env.action_spec.dim)
     cfg = ChunkingConfig(mode=mode, splice="prefix", max_prefix=POLICY["max_prefix"], delay_quantile=0.95,
                          execute_horizon=EXECUTE)
     executor = ChunkExecutor(client, env.action_spec, H, cfg)

@@ -203,7 +203,7 @@ def main() -> None:
                 if ours.poll() is not None:
                     raise RuntimeError("robolearn policy server exited at start")
                 time.sleep(0.1)
-            client = RemoteClient(json.loads(endpoint_file.read_text())["endpoint"], "bench")
+            client = RemoteClient(json.loads(endpoint_file.read_text())["endpoint"], "bench", H, STATE)
             ours_rtt, theirs_rtt = [], []
             for r in range(args.rounds):
                 rtt = robolearn_round(client, args.per_round + WARMUP, r * 1000)[WARMUP:]

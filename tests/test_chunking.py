@@ -223,7 +223,7 @@ def test_two_stage_needs_a_client_and_a_policy_that_take_the_mid_observation():
     from robolearn.policies.mlp import GaussianChunkPolicy, MLPPolicyConfig
     from robolearn.specs import ObservationSpec, SpecError
 
-    remote = RemoteClient("tcp://127.0.0.1:1", "r0")
+    remote = RemoteClient("tcp://127.0.0.1:1", "r0", H, SPEC.dim)
     try:
         with pytest.raises(ValueError, match="mid_observation_ticks needs a client"):
             ChunkExecutor(remote, SPEC, H, ChunkingConfig(mid_observation_ticks=1))

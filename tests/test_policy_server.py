@@ -20,7 +20,8 @@ from robolearn.runtime.policy_server import spawn_server
 from robolearn.sim.reach import ReachEnv
 from robolearn.transport.sockets import send
 
-POLICY_CFG = {"chunk_horizon": 8, "max_prefix": 4, "hidden_dims": [64, 64], "flow_steps": 4}
+H, A = 8, 6  # the chunk every client here expects: the policy's horizon, reach's action dim
+POLICY_CFG = {"chunk_horizon": H, "max_prefix": 4, "hidden_dims": [64, 64], "flow_steps": 4}
 
 
 @pytest.fixture
@@ -44,7 +45,7 @@ def request(env, i, prefix_len=0):
 
 def test_concurrent_robots_are_batched_and_get_their_own_chunks(env):
     server = PolicyServer(make_runner(env))
-    clients = [RemoteClient(server.endpoint, f"robot-{i}") for i in range(4)]
+    clients = [RemoteClient(server.endpoint, f"robot-{i}", H, A) for i in range(4)]
     try:
         for i, c in enumerate(clients):
             c.submit(request(env, i, prefix_len=i))
@@ -77,7 +78,7 @@ def test_bad_requests_are_rejected_and_counted_not_fatal(env):
         time.sleep(0.2)
         assert server.serve_once(500) == 0
         assert server.rejects.total == 3 and "prefix" in server.rejects.last_reason
-        client = RemoteClient(server.endpoint, "good")
+        client = RemoteClient(server.endpoint, "good", H, A)
         client.submit(request(env, 2))
         assert server.serve_once(2000) == 1 and len(client.poll(0, timeout_ms=2000)) == 1
         client.close()
@@ -97,7 +98,7 @@ def test_server_follows_the_learners_weight_versions(env):
     endpoint = bind_random_port(pub)
     runner = make_runner(env)
     server = PolicyServer(runner, weights_endpoint=endpoint)
-    client = RemoteClient(server.endpoint, "robot-0")
+    client = RemoteClient(server.endpoint, "robot-0", H, A)
     try:
         newer = make_runner(env).policy
         with torch.no_grad():
@@ -137,7 +138,7 @@ def test_server_restart_mid_run_costs_stalls_not_a_crash(env, tmp_path):
     torch.save(make_runner(env).policy.state_dict(), weights)
     proc, endpoint = start_server(tmp_path, weights)
     port = int(endpoint.rsplit(":", 1)[1])
-    client = RemoteClient(endpoint, "robot-0")
+    client = RemoteClient(endpoint, "robot-0", H, A)
     executor = ChunkExecutor(client, env.action_spec, 8, ChunkingConfig(mode="latency_aware", request_timeout=10))
     clock = RealClock(50)
     obs, _ = env.reset(seed=0)

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 import msgpack
 import zmq
 
-from robolearn.transport.sockets import bind_random_port
+from robolearn.transport.sockets import LEASE_LIMITS, bind_random_port, limit_receive
 
-MAX_REQUEST_BYTES = 64 * 1024
+MAX_REQUEST_BYTES = LEASE_LIMITS[0]
 
 
 @dataclass
@@ -176,7 +176,7 @@ class LeaseManager:
     def serve(self, host: str = "127.0.0.1") -> str:
         """Start serving on a background thread; returns the endpoint."""
         self._ctx = zmq.Context()
-        self._sock = self._ctx.socket(zmq.ROUTER)
+        self._sock = limit_receive(self._ctx.socket(zmq.ROUTER), LEASE_LIMITS)
         endpoint = bind_random_port(self._sock, host)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="lease-manager", daemon=True)
@@ -236,7 +236,7 @@ class LeaseClient:
         self._renewer: threading.Thread | None = None
 
     def _new_socket(self) -> zmq.Socket:
-        sock = self._ctx.socket(zmq.REQ)
+        sock = limit_receive(self._ctx.socket(zmq.REQ), LEASE_LIMITS)
         sock.setsockopt(zmq.LINGER, 0)
         sock.connect(self.endpoint)
         return sock

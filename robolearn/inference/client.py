@@ -34,7 +34,7 @@ from robolearn.inference.protocol import (
     response_from_wire,
 )
 from robolearn.inference.runner import ChunkPolicyRunner
-from robolearn.transport.sockets import recv_valid, send
+from robolearn.transport.sockets import RESPONSE_LIMITS, limit_receive, recv_valid, send
 from robolearn.transport.wire import RejectCounter, WireError
 
 
@@ -143,12 +143,15 @@ class ThreadedClient:
 
 class RemoteClient:
     """Talks to a ``PolicyServer`` at ``endpoint``. zmq reconnects by itself when the server restarts;
-    a request lost with the old server is re-sent by the executor's timeout."""
+    a request lost with the old server is re-sent by the executor's timeout. Every answer is checked against
+    the chunk this robot expects, (``horizon``, ``action_dim``), before the executor sees it."""
 
-    def __init__(self, endpoint: str, robot_id: str, ctx: zmq.Context | None = None) -> None:
+    def __init__(self, endpoint: str, robot_id: str, horizon: int, action_dim: int,
+                 ctx: zmq.Context | None = None) -> None:
         self._own_ctx = ctx is None
         self.ctx = ctx or zmq.Context()
-        self.sock = self.ctx.socket(zmq.DEALER)
+        self.horizon, self.action_dim = horizon, action_dim
+        self.sock = limit_receive(self.ctx.socket(zmq.DEALER), RESPONSE_LIMITS)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.SNDHWM, 16)
         self.sock.connect(endpoint)
@@ -170,7 +173,7 @@ class RemoteClient:
             return out
         while (msg := recv_valid(self.sock, self.rejects, frozenset({RESPONSE}))) is not None:
             try:
-                out.append(response_from_wire(msg))
+                out.append(response_from_wire(msg, self.horizon, self.action_dim))
             except WireError as exc:
                 self.rejects.reject(str(exc))
         return out

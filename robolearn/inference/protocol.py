@@ -13,6 +13,7 @@ Wire: ``chunk_request`` and ``chunk`` messages of ``transport.wire`` (msgpack he
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,13 +85,24 @@ def response_to_wire(resp: ChunkResponse) -> tuple[dict, dict[str, np.ndarray]]:
     return meta, {"actions": np.asarray(resp.actions, np.float32)}
 
 
-def response_from_wire(msg: Message) -> ChunkResponse:
+def response_from_wire(msg: Message, horizon: int, action_dim: int) -> ChunkResponse:
+    """A chunk as the client expects it, or ``WireError`` naming what is off: ``actions`` float32 of exactly
+    (``horizon``, ``action_dim``) (a (H, 1) array must not broadcast to every joint) and finite, integer ids,
+    a ``prefix_len`` inside the chunk, and a finite non-negative ``compute_ms``."""
     meta = msg.meta
     for key in ("request_id", "tick", "version", "prefix_len"):
-        if not isinstance(meta.get(key), int):
+        if type(meta.get(key)) is not int:
             raise WireError(f"chunk field '{key}' missing or not an int")
     actions = msg.arrays.get("actions")
-    if actions is None or actions.ndim != 2:
-        raise WireError("chunk needs 'actions' of shape (H, A)")
+    if actions is None or actions.dtype != np.float32 or actions.shape != (horizon, action_dim):
+        got = "none" if actions is None else f"{actions.dtype} {tuple(actions.shape)}"
+        raise WireError(f"chunk 'actions' must be float32 of shape ({horizon}, {action_dim}), got {got}")
+    if not np.all(np.isfinite(actions)):
+        raise WireError("chunk 'actions' holds non-finite values")
+    if not 0 <= meta["prefix_len"] < horizon:
+        raise WireError(f"chunk 'prefix_len' {meta['prefix_len']} outside the chunk of {horizon}")
+    compute_ms = meta.get("compute_ms", 0.0)
+    if type(compute_ms) not in (int, float) or not math.isfinite(compute_ms) or compute_ms < 0:
+        raise WireError(f"chunk 'compute_ms' must be a finite number >= 0, got {compute_ms!r}")
     return ChunkResponse(meta["request_id"], meta["tick"], actions, meta["version"], meta["prefix_len"],
-                         float(meta.get("compute_ms", 0.0)))
+                         float(compute_ms))

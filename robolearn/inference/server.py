@@ -31,7 +31,7 @@ from robolearn.inference.protocol import REQUEST, RESPONSE, request_from_wire, r
 from robolearn.inference.runner import ChunkPolicyRunner
 from robolearn.registry import lookup
 from robolearn.specs import SpecError
-from robolearn.transport.sockets import bind_random_port
+from robolearn.transport.sockets import REQUEST_LIMITS, bind_random_port, limit_receive
 from robolearn.transport.weights import WeightSubscriber
 from robolearn.transport.wire import RejectCounter, WireError, decode, encode
 
@@ -44,7 +44,7 @@ class PolicyServer:
         self.extra_latency_ms = extra_latency_ms
         self._rng = np.random.default_rng(seed)
         self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock = limit_receive(self.ctx.socket(zmq.ROUTER), REQUEST_LIMITS)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 0)  # a vanished robot's reply is dropped, not an error
         self.endpoint = bind_random_port(self.sock, host, port=port)

@@ -40,7 +40,7 @@ from robolearn.rundir import RunDir
 from robolearn.specs import SpecError
 from robolearn.stop_flag import StopFlag
 from robolearn.transport.learner_status import LearnerStatus
-from robolearn.transport.sockets import bind_random_port
+from robolearn.transport.sockets import TRANSITIONS_LIMITS, bind_random_port, limit_receive
 from robolearn.transport.weights import WeightPublisher
 from robolearn.transport.wire import RejectCounter, WireError, decode
 
@@ -147,8 +147,7 @@ class Learner:
     def run_forever(self) -> None:
         cfg = self.cfg
         ctx = zmq.Context()
-        pull = ctx.socket(zmq.PULL)
-        pull.setsockopt(zmq.RCVHWM, 10000)
+        pull = limit_receive(ctx.socket(zmq.PULL), TRANSITIONS_LIMITS)
         self.publisher = pub = WeightPublisher(ctx, cfg.runtime.host, self.schedule.weights_full_every)
         endpoints = {
             "transitions": bind_random_port(pull, cfg.runtime.host),

@@ -10,7 +10,7 @@ import ipaddress
 
 import zmq
 
-from robolearn.transport.wire import Message, RejectCounter, WireError, decode, encode
+from robolearn.transport.wire import MAX_MESSAGE_BYTES, Message, RejectCounter, WireError, decode, encode
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
@@ -22,6 +22,24 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+# The largest frame each kind of receiving socket accepts (zmq.MAXMSGSIZE: a bigger frame is refused by zmq
+# before it is allocated, and the peer disconnected), and its receive high-water mark (messages queued).
+TRANSITIONS_LIMITS = (64 * 1024 * 1024, 10_000)   # a batch of send_every steps, images included
+WEIGHTS_LIMITS = (MAX_MESSAGE_BYTES, 64)           # one tensor of a policy; deltas must not be dropped unread
+REQUEST_LIMITS = (64 * 1024 * 1024, 1_000)         # a chunk request: observation (images) and prefix
+RESPONSE_LIMITS = (16 * 1024 * 1024, 100)          # a chunk of actions
+LEASE_LIMITS = (64 * 1024, 100)                    # a lease request or reply (plain msgpack)
+
+
+def limit_receive(sock: zmq.Socket, limits: tuple[int, int]) -> zmq.Socket:
+    """Bound what ``sock`` accepts: the largest frame (``zmq.MAXMSGSIZE``) and the messages it queues
+    (``zmq.RCVHWM``). Set before connect/bind, so the bound holds from the first message."""
+    max_frame_bytes, hwm = limits
+    sock.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
+    sock.setsockopt(zmq.RCVHWM, hwm)
+    return sock
 
 
 def bind_random_port(sock: zmq.Socket, host: str = "127.0.0.1", curve_secret_key: bytes | None = None,

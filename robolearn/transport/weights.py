@@ -14,7 +14,7 @@ import torch
 import zmq
 
 from robolearn.transport.learner_status import LearnerStatus
-from robolearn.transport.sockets import bind_random_port, recv_valid, send
+from robolearn.transport.sockets import WEIGHTS_LIMITS, bind_random_port, limit_receive, recv_valid, send
 from robolearn.transport.weight_sync import DeltaPublisher, DeltaSubscriber
 from robolearn.transport.wire import RejectCounter, WireError
 
@@ -61,7 +61,7 @@ class WeightSubscriber:
     def __init__(self, ctx: zmq.Context, endpoint: str, policy: torch.nn.Module, rejects: RejectCounter) -> None:
         self.sock = ctx.socket(zmq.SUB)
         self.sock.setsockopt(zmq.SUBSCRIBE, b"")
-        self.sock.setsockopt(zmq.RCVHWM, 64)  # deltas must not be dropped silently before they are read
+        limit_receive(self.sock, WEIGHTS_LIMITS)
         self.sock.connect(endpoint)
         self.policy = policy
         self.rejects = rejects
