@@ -29,6 +29,7 @@ commands:
   buffer     robolearn buffer info runs/my-reach [--json]
              robolearn buffer export runs/my-reach OUT [--only successes|interventions]
   resources  a live run's robots and simulators, their health and lease holders: robolearn resources runs/x
+  keys       CurveZMQ keys for sockets off loopback: robolearn keys generate keys/ --clients robot-pc-1
 
 config groups (pick one with group=option, override any key with group.key=value):
   task     reach, push_cube, pick_cube, pick_cube_color, gym (task.env_id=...)
@@ -135,13 +136,20 @@ def _buffer() -> None:
     raise SystemExit(buffer_main(sys.argv[1:]))
 
 
+def _keys() -> None:
+    from robolearn.runtime.keys_command import main as keys_main
+
+    raise SystemExit(keys_main(sys.argv[1:]))
+
+
 def _resources() -> None:
     from robolearn.runtime.resources_command import main as resources_main
 
     raise SystemExit(resources_main(sys.argv[1:]))
 
 
-COMMANDS = {"run": _run, "eval": _eval, "record": _record, "buffer": _buffer, "resources": _resources}
+COMMANDS = {"run": _run, "eval": _eval, "record": _record, "buffer": _buffer, "resources": _resources,
+            "keys": _keys}
 HYDRA_CONFIGS = {"run": "config", "eval": "eval", "record": "record"}  # commands whose options hydra composes
 
 

@@ -42,7 +42,8 @@ from robolearn.logging.status import read_json, write_json_atomic
 from robolearn.registry import lookup
 from robolearn.rundir import RunDir
 from robolearn.stop_flag import StopFlag
-from robolearn.transport.sockets import send
+from robolearn.transport.security import load_keys
+from robolearn.transport.sockets import connect, send
 from robolearn.transport.weights import WeightSubscriber
 from robolearn.transport.wire import RejectCounter
 
@@ -83,7 +84,8 @@ class Actor:
                                    cfg.runtime.startup_timeout_s)
         if resources is None:
             return
-        self.lease = LeaseClient(resources["endpoint"], self.name)
+        self.keys = load_keys(cfg.runtime.keys_dir)
+        self.lease = LeaseClient(resources["endpoint"], self.name, keys=self.keys)
         try:
             self.robot_id = self.lease.acquire(self.env.robot.name, timeout_s=cfg.runtime.startup_timeout_s,
                                                stop=lambda: bool(self.stop))[0]
@@ -133,8 +135,8 @@ class Actor:
         push = ctx.socket(zmq.PUSH)
         push.setsockopt(zmq.SNDHWM, 100000)
         push.setsockopt(zmq.LINGER, 5000)  # a stopping actor still delivers what it sent
-        push.connect(endpoints["transitions"])
-        self.weights = WeightSubscriber(ctx, endpoints["weights"], self.policy, self.rejects)
+        connect(push, endpoints["transitions"], self.keys)
+        self.weights = WeightSubscriber(ctx, endpoints["weights"], self.policy, self.rejects, self.keys)
 
         def first_weights() -> bool:
             self.weights.poll(timeout_ms=20)

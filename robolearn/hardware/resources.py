@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 import msgpack
 import zmq
 
-from robolearn.transport.sockets import LEASE_LIMITS, bind_random_port, limit_receive
+from robolearn.transport.security import Authenticator, CurveKeys
+from robolearn.transport.sockets import LEASE_LIMITS, bind_random_port, connect, limit_receive
 
 MAX_REQUEST_BYTES = LEASE_LIMITS[0]
 
@@ -173,11 +174,13 @@ class LeaseManager:
                     for r in self.resources.values()]
 
     # --- serving over zmq --------------------------------------------------------------------------
-    def serve(self, host: str = "127.0.0.1") -> str:
-        """Start serving on a background thread; returns the endpoint."""
+    def serve(self, host: str = "127.0.0.1", keys: CurveKeys | None = None) -> str:
+        """Start serving on a background thread; returns the endpoint. With ``keys``: CURVE, authorized
+        clients only."""
         self._ctx = zmq.Context()
+        self._auth = Authenticator(self._ctx, keys) if keys else None
         self._sock = limit_receive(self._ctx.socket(zmq.ROUTER), LEASE_LIMITS)
-        endpoint = bind_random_port(self._sock, host)
+        endpoint = bind_random_port(self._sock, host, keys)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="lease-manager", daemon=True)
         self._thread.start()
@@ -218,14 +221,16 @@ class LeaseManager:
             self._stop.set()
             self._thread.join(timeout=2)
             self._sock.close(linger=0)
+            if self._auth:
+                self._auth.stop()
             self._ctx.term()
 
 
 class LeaseClient:
     """An actor's side: ``acquire`` blocks in the queue until granted, then a thread keeps renewing."""
 
-    def __init__(self, endpoint: str, holder: str, timeout_s: float = 5.0) -> None:
-        self.endpoint, self.holder, self.timeout_s = endpoint, holder, timeout_s
+    def __init__(self, endpoint: str, holder: str, timeout_s: float = 5.0, keys: CurveKeys | None = None) -> None:
+        self.endpoint, self.holder, self.timeout_s, self.keys = endpoint, holder, timeout_s, keys
         self._ctx = zmq.Context()
         self._lock = threading.Lock()
         self._sock = self._new_socket()
@@ -238,8 +243,7 @@ class LeaseClient:
     def _new_socket(self) -> zmq.Socket:
         sock = limit_receive(self._ctx.socket(zmq.REQ), LEASE_LIMITS)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(self.endpoint)
-        return sock
+        return connect(sock, self.endpoint, self.keys)
 
     def call(self, msg: dict) -> dict:
         with self._lock:

@@ -34,7 +34,8 @@ from robolearn.inference.protocol import (
     response_from_wire,
 )
 from robolearn.inference.runner import ChunkPolicyRunner
-from robolearn.transport.sockets import RESPONSE_LIMITS, limit_receive, recv_valid, send
+from robolearn.transport.security import CurveKeys
+from robolearn.transport.sockets import RESPONSE_LIMITS, connect, limit_receive, recv_valid, send
 from robolearn.transport.wire import RejectCounter, WireError
 
 
@@ -147,14 +148,14 @@ class RemoteClient:
     the chunk this robot expects, (``horizon``, ``action_dim``), before the executor sees it."""
 
     def __init__(self, endpoint: str, robot_id: str, horizon: int, action_dim: int,
-                 ctx: zmq.Context | None = None) -> None:
+                 ctx: zmq.Context | None = None, keys: CurveKeys | None = None) -> None:
         self._own_ctx = ctx is None
         self.ctx = ctx or zmq.Context()
         self.horizon, self.action_dim = horizon, action_dim
         self.sock = limit_receive(self.ctx.socket(zmq.DEALER), RESPONSE_LIMITS)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.SNDHWM, 16)
-        self.sock.connect(endpoint)
+        connect(self.sock, endpoint, keys)
         self.robot_id = robot_id
         self.rejects = RejectCounter()
         self._seq = 0

@@ -31,6 +31,7 @@ from robolearn.inference.protocol import REQUEST, RESPONSE, request_from_wire, r
 from robolearn.inference.runner import ChunkPolicyRunner
 from robolearn.registry import lookup
 from robolearn.specs import SpecError
+from robolearn.transport.security import Authenticator, CurveKeys
 from robolearn.transport.sockets import REQUEST_LIMITS, bind_random_port, limit_receive
 from robolearn.transport.weights import WeightSubscriber
 from robolearn.transport.wire import RejectCounter, WireError, decode, encode
@@ -39,18 +40,19 @@ from robolearn.transport.wire import RejectCounter, WireError, decode, encode
 class PolicyServer:
     def __init__(self, runner: ChunkPolicyRunner, host: str = "127.0.0.1", port: int = 0, max_batch: int = 32,
                  weights_endpoint: str | None = None, extra_latency_ms: tuple[float, float] | None = None,
-                 seed: int = 0) -> None:
+                 seed: int = 0, keys: CurveKeys | None = None) -> None:
         self.runner = runner
         self.extra_latency_ms = extra_latency_ms
         self._rng = np.random.default_rng(seed)
         self.ctx = zmq.Context()
+        self.auth = Authenticator(self.ctx, keys) if keys else None  # CURVE: authorized robots only
         self.sock = limit_receive(self.ctx.socket(zmq.ROUTER), REQUEST_LIMITS)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 0)  # a vanished robot's reply is dropped, not an error
-        self.endpoint = bind_random_port(self.sock, host, port=port)
+        self.endpoint = bind_random_port(self.sock, host, keys, port=port)
         self.max_batch = max_batch
         self.rejects = RejectCounter()
-        self.weights = (WeightSubscriber(self.ctx, weights_endpoint, runner.policy, self.rejects)
+        self.weights = (WeightSubscriber(self.ctx, weights_endpoint, runner.policy, self.rejects, keys)
                         if weights_endpoint else None)
         self.batches = 0
         self.requests = 0
@@ -102,6 +104,8 @@ class PolicyServer:
         if self.weights is not None:
             self.weights.close()
         self.sock.close(linger=0)
+        if self.auth:
+            self.auth.stop()
         self.ctx.term()
 
 

@@ -40,6 +40,7 @@ from robolearn.rundir import RunDir
 from robolearn.specs import SpecError
 from robolearn.stop_flag import StopFlag
 from robolearn.transport.learner_status import LearnerStatus
+from robolearn.transport.security import Authenticator, load_keys
 from robolearn.transport.sockets import TRANSITIONS_LIMITS, bind_random_port, limit_receive
 from robolearn.transport.weights import WeightPublisher
 from robolearn.transport.wire import RejectCounter, WireError, decode
@@ -147,10 +148,12 @@ class Learner:
     def run_forever(self) -> None:
         cfg = self.cfg
         ctx = zmq.Context()
+        keys = load_keys(cfg.runtime.keys_dir)
+        auth = Authenticator(ctx, keys) if keys else None  # only authorized clients complete a CURVE handshake
         pull = limit_receive(ctx.socket(zmq.PULL), TRANSITIONS_LIMITS)
-        self.publisher = pub = WeightPublisher(ctx, cfg.runtime.host, self.schedule.weights_full_every)
+        self.publisher = pub = WeightPublisher(ctx, cfg.runtime.host, self.schedule.weights_full_every, keys)
         endpoints = {
-            "transitions": bind_random_port(pull, cfg.runtime.host),
+            "transitions": bind_random_port(pull, cfg.runtime.host, keys),
             "weights": pub.endpoint,
             "next_episode_id": self.max_episode_id + 1,
             "learner_pid": os.getpid(),
@@ -218,6 +221,8 @@ class Learner:
         self.metrics_log.close()
         pull.close(linger=0)
         pub.close()
+        if auth:
+            auth.stop()
         ctx.term()
 
     def _ingest(self, pull: zmq.Socket, max_messages: int) -> int:

@@ -26,6 +26,7 @@ from robolearn.config import RunConfig
 from robolearn.hardware.resources import LeaseManager, resources_for
 from robolearn.logging.status import read_json, write_json_atomic
 from robolearn.rundir import RunDir
+from robolearn.transport.security import CurveKeys, load_keys
 from robolearn.transport.sockets import is_loopback
 
 
@@ -34,7 +35,9 @@ class LocalRuntimeConfig:
     """``runtime=local``: a learner and ``num_actors`` actor processes on this machine, over loopback zmq."""
 
     name: str = "local"
-    host: str = "127.0.0.1"       # bind address; a non-loopback host needs CurveZMQ keys
+    host: str = "127.0.0.1"       # bind address; a non-loopback host needs keys_dir (CurveZMQ)
+    keys_dir: str | None = None   # CurveZMQ keys (robolearn keys generate): every socket encrypted, clients
+                                  # admitted by key; the server folder on the machine that runs the learner
     num_actors: int = 1
     lease_ttl_s: float = 5.0      # an actor's robot lease expires this long after its last heartbeat
     status_every_s: float = 0.5   # each process rewrites its status file this often
@@ -45,9 +48,14 @@ class LocalRuntimeConfig:
     def __post_init__(self) -> None:
         if self.num_actors < 1:
             raise ValueError(f"runtime.num_actors must be >= 1, got {self.num_actors}")
-        if not is_loopback(self.host):
+        if not is_loopback(self.host) and self.keys_dir is None:
             raise ValueError(f"runtime.host={self.host!r} is not a loopback address: a non-loopback bind needs "
-                             "CurveZMQ keys, which this version cannot configure yet; keep runtime.host=127.0.0.1")
+                             "CurveZMQ keys (robolearn keys generate DIR, then runtime.keys_dir=DIR/server)")
+        if self.keys_dir is not None:
+            keys = CurveKeys.load(self.keys_dir)  # KeysError (a ValueError) names the missing file
+            if keys.server_secret is None or keys.authorized is None:
+                raise ValueError(f"runtime.keys_dir={self.keys_dir!r} is a client folder; the learner's machine "
+                                 "needs the server folder (server.key_secret and authorized/)")
 
 
 class _Proc:
@@ -93,7 +101,8 @@ def run_local(cfg: RunConfig, run: RunDir) -> dict:
     interrupted = _install_stop_signals()
     kind = robot_type(cfg)
     leases = LeaseManager(resources_for(cfg.robot, kind, runtime.num_actors), runtime.lease_ttl_s)
-    write_json_atomic(run.resources, {"endpoint": leases.serve(runtime.host), "type": kind})
+    write_json_atomic(run.resources, {"endpoint": leases.serve(runtime.host, load_keys(runtime.keys_dir)),
+                                      "type": kind})
     procs: dict[str, _Proc] = {"learner": _Proc("learner", run, ["learner", str(run.root)])}
     write_json_atomic(run.root / "pids.json", {"learner": procs["learner"].popen.pid})
     failure = ""

@@ -20,6 +20,7 @@ import torch
 
 from robolearn.inference.server import PolicyServer, build_runner
 from robolearn.runtime.builtins import register_builtins
+from robolearn.transport.security import load_keys
 
 
 def spawn_server(task: str, policy: str, weights: str | None, endpoint_file: Path, port: int = 0,
@@ -55,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--checkpoint", help="a run's checkpoint (runs/<name>/checkpoints/latest.pt) for the policy")
     ap.add_argument("--policy-config", default="{}", help="JSON of policy config fields, e.g. '{\"chunk_horizon\": 8}'")
     ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--keys-dir", help="CurveZMQ keys (robolearn keys generate): the server folder; required "
+                                       "for a non-loopback --host")
     ap.add_argument("--port", type=int, default=0, help="0 = a free port")
     ap.add_argument("--endpoint-file", help="write {\"endpoint\": ...} here once bound")
     ap.add_argument("--weights-endpoint", help="the learner's weight PUB endpoint to follow")
@@ -67,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     register_builtins()
     runner = build_runner(args.task, args.policy, args.weights, json.loads(args.policy_config), args.checkpoint)
     server = PolicyServer(runner, args.host, args.port, args.max_batch, args.weights_endpoint,
-                          tuple(args.extra_latency_ms) if args.extra_latency_ms else None)
+                          tuple(args.extra_latency_ms) if args.extra_latency_ms else None,
+                          keys=load_keys(args.keys_dir))
     if args.endpoint_file:
         tmp = Path(args.endpoint_file + ".tmp")
         tmp.write_text(json.dumps({"endpoint": server.endpoint, "pid": os.getpid()}))

@@ -8,9 +8,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from robolearn.config import load_run_config
 from robolearn.hardware.resources import LeaseClient
 from robolearn.logging.status import read_json
 from robolearn.rundir import RunDir
+from robolearn.transport.security import load_keys
 
 
 def main(argv: list[str]) -> int:
@@ -20,7 +22,9 @@ def main(argv: list[str]) -> int:
     info = read_json(RunDir(Path(args.run_dir)).resources)
     if info is None:
         ap.error(f"{args.run_dir} has no live run serving resources (start it with robolearn run)")
-    client = LeaseClient(info["endpoint"], "robolearn-resources", timeout_s=3.0)
+    run = RunDir(Path(args.run_dir))
+    keys = load_keys(load_run_config(run.config).runtime.keys_dir) if run.config.exists() else None
+    client = LeaseClient(info["endpoint"], "robolearn-resources", timeout_s=3.0, keys=keys)
     try:
         status = client.call({"op": "status"})["resources"]
     except TimeoutError as exc:

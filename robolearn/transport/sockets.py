@@ -10,6 +10,7 @@ import ipaddress
 
 import zmq
 
+from robolearn.transport.security import CurveKeys
 from robolearn.transport.wire import MAX_MESSAGE_BYTES, Message, RejectCounter, WireError, decode, encode
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
@@ -42,19 +43,29 @@ def limit_receive(sock: zmq.Socket, limits: tuple[int, int]) -> zmq.Socket:
     return sock
 
 
-def bind_random_port(sock: zmq.Socket, host: str = "127.0.0.1", curve_secret_key: bytes | None = None,
+def bind_random_port(sock: zmq.Socket, host: str = "127.0.0.1", keys: CurveKeys | None = None,
                      port: int = 0) -> str:
-    """Bind ``sock`` on ``host`` at ``port`` (0: a free port) and return the endpoint to connect to."""
-    if not is_loopback(host):
-        if curve_secret_key is None:
-            raise PermissionError(f"refusing to bind on non-loopback host {host!r} without CurveZMQ keys")
-        sock.curve_secretkey = curve_secret_key
-        sock.curve_server = True
+    """Bind ``sock`` on ``host`` at ``port`` (0: a free port) and return the endpoint to connect to. With
+    ``keys`` the socket is a CURVE server (its context needs a ``security.Authenticator``); without, only a
+    loopback host is allowed."""
+    if keys is not None:
+        keys.serve(sock)
+    elif not is_loopback(host):
+        raise PermissionError(f"refusing to bind on non-loopback host {host!r} without CurveZMQ keys "
+                              "(runtime.keys_dir)")
     if port:
         sock.bind(f"tcp://{host}:{port}")
     else:
         port = sock.bind_to_random_port(f"tcp://{host}")
     return f"tcp://{host}:{port}"
+
+
+def connect(sock: zmq.Socket, endpoint: str, keys: CurveKeys | None = None) -> zmq.Socket:
+    """Connect ``sock`` to ``endpoint``, as a CURVE client of the run's server key when there are ``keys``."""
+    if keys is not None:
+        keys.connect(sock)
+    sock.connect(endpoint)
+    return sock
 
 
 def send(sock: zmq.Socket, msg_type: str, sender: str, seq: int, meta: dict | None = None,

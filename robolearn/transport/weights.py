@@ -14,7 +14,8 @@ import torch
 import zmq
 
 from robolearn.transport.learner_status import LearnerStatus
-from robolearn.transport.sockets import WEIGHTS_LIMITS, bind_random_port, limit_receive, recv_valid, send
+from robolearn.transport.security import CurveKeys
+from robolearn.transport.sockets import WEIGHTS_LIMITS, bind_random_port, connect, limit_receive, recv_valid, send
 from robolearn.transport.weight_sync import DeltaPublisher, DeltaSubscriber
 from robolearn.transport.wire import RejectCounter, WireError
 
@@ -30,10 +31,10 @@ class WeightPublisher:
     """PUB socket bound on ``host``: ``publish`` sends a sparse delta from the previous version when that is
     smaller, a full snapshot when ``full`` (heartbeats) and every ``full_every`` versions."""
 
-    def __init__(self, ctx: zmq.Context, host: str, full_every: int) -> None:
+    def __init__(self, ctx: zmq.Context, host: str, full_every: int, keys: CurveKeys | None = None) -> None:
         self.sock = ctx.socket(zmq.PUB)
         self.sock.setsockopt(zmq.SNDHWM, 4)
-        self.endpoint = bind_random_port(self.sock, host)
+        self.endpoint = bind_random_port(self.sock, host, keys)
         self._codec = DeltaPublisher(full_every)
 
     def publish(self, version: int, policy: torch.nn.Module, status: LearnerStatus, full: bool = False) -> None:
@@ -58,11 +59,11 @@ class WeightSubscriber:
     the rebuilt weights fail the publisher's hash.
     """
 
-    def __init__(self, ctx: zmq.Context, endpoint: str, policy: torch.nn.Module, rejects: RejectCounter) -> None:
+    def __init__(self, ctx: zmq.Context, endpoint: str, policy: torch.nn.Module, rejects: RejectCounter,
+                 keys: CurveKeys | None = None) -> None:
         self.sock = ctx.socket(zmq.SUB)
         self.sock.setsockopt(zmq.SUBSCRIBE, b"")
-        limit_receive(self.sock, WEIGHTS_LIMITS)
-        self.sock.connect(endpoint)
+        connect(limit_receive(self.sock, WEIGHTS_LIMITS), endpoint, keys)
         self.policy = policy
         self.rejects = rejects
         self.decoder = DeltaSubscriber({k: (tuple(v.shape), str(v.dtype).removeprefix("torch."))
