@@ -19,7 +19,9 @@ from robolearn.policies.flow_chunk import FlowChunkPolicy, FlowChunkPolicyConfig
 from robolearn.sim.reach import ReachEnv
 from robolearn.transport.learner_status import LearnerStatus
 from robolearn.transport.security import Authenticator, CurveKeys, KeysError, generate_keys
-from robolearn.transport.sockets import bind_random_port, connect, send
+from robolearn.transport.sockets import bind_random_port
+from robolearn.transport.spool import Spool
+from robolearn.transport.transitions import BatchId, TransitionReceiver, TransitionSender
 from robolearn.transport.weights import WeightPublisher, WeightSubscriber
 from robolearn.transport.wire import RejectCounter
 from tests.test_cli_config import _cfg
@@ -48,30 +50,31 @@ def test_generated_folders_hold_what_each_machine_needs_and_are_never_overwritte
         robot.serve(zmq.Context.instance().socket(zmq.PULL))
 
 
-def _received(sock, wait_s=1.5) -> list:
-    got, deadline = [], time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if sock.poll(50):
-            got.append(sock.recv_multipart())
-    return got
-
-
-def test_transitions_channel_admits_only_authorized_clients(keys):
+def test_transitions_channel_admits_only_authorized_clients(keys, tmp_path):
     server, robot, intruder = keys
     ctx = zmq.Context()
     auth = Authenticator(ctx, server)
-    pull = ctx.socket(zmq.PULL)
-    endpoint = bind_random_port(pull, "127.0.0.1", server)
+    receiver = TransitionReceiver(ctx, "127.0.0.1", RejectCounter(), server)
     try:
         for who, client_keys in (("intruder", intruder), ("plain", None), ("robot", robot)):
-            push = connect(ctx.socket(zmq.PUSH), endpoint, client_keys)
-            push.setsockopt(zmq.LINGER, 0)
-            send(push, "transitions", who, 0, {}, {"x": np.zeros(3, np.float32)})
-            got = _received(pull)
-            push.close()
+            sender = TransitionSender(ctx, receiver.endpoint, who, Spool(tmp_path / who, 10**6), client_keys,
+                                      resend_after_s=0.2)  # re-sent until the handshake lets it through
+            sender.send(who, {"x": np.zeros(3, np.float32)})
+            got, deadline = [], time.monotonic() + 1.5
+            while time.monotonic() < deadline and not got:
+                sender.poll()
+                received = receiver.recv()
+                if received is None:
+                    time.sleep(0.02)
+                    continue
+                got.append(received)
+                receiver.ack(received[0], BatchId(who, 0), "stored")
+            if who == "robot":
+                assert sender.drain(2.0) and sender.acked == 1
+            sender.close()
             assert len(got) == (1 if who == "robot" else 0), who
     finally:
-        pull.close(linger=0)
+        receiver.close()
         auth.stop()
         ctx.term()
 

@@ -30,6 +30,10 @@ def test_short_run_learns_asynchronously_and_leaves_a_complete_run_dir(tmp_path)
     # every step the learner counted is on disk, and its policy lag was tracked
     assert sum(len(b["action"]) for b in batches) == summary["env_steps"] > 0, context
     assert sum(summary["policy_lag_histogram"].values()) == summary["env_steps"], context
+    # ...and so is every step the actor itself took (its own count), each batch acknowledged end to end
+    actor = json.loads((run / "status" / "actor-0.json").read_text())
+    assert sum(len(b["action"]) for b in batches) == actor["env_steps"], f"{actor}\n{context}"
+    assert actor["batches_unacked"] == 0 and actor["batches_acked"] == actor["batches_sent"] > 0, context
     assert summary["updates"] > 0, context
 
     # the rerun recording holds the per-tick robot data and the learner losses

@@ -70,14 +70,15 @@ def test_building_a_task_for_its_specs_leaves_its_robot_unconnected():
 
 
 def test_the_actor_connects_after_the_lease_and_disconnects_before_releasing_it(tmp_path):
-    cfg = validate(_cfg(run_name="own", **{"policy.hidden_dims": "[16,16]", "budget.env_steps": "30"}))
+    cfg = validate(_cfg(run_name="own", **{"policy.hidden_dims": "[16,16]", "budget.env_steps": "30",
+                                           "actor.drain_timeout_s": "1"}))  # this stand-in learner never acks
     run = RunDir(tmp_path / "own")
     run.root.mkdir()
     run.config.write_text(to_yaml(cfg))
     leases = LeaseManager([Resource("sim_so101-0", "sim", "sim_so101")])
     write_json_atomic(run.resources, {"endpoint": leases.serve(), "type": "sim_so101"})
     ctx = zmq.Context()
-    pull = ctx.socket(zmq.PULL)
+    pull = ctx.socket(zmq.ROUTER)
     port = pull.bind_to_random_port("tcp://127.0.0.1")
     pub = WeightPublisher(ctx, "127.0.0.1", full_every=1)
     write_json_atomic(run.endpoints, {"transitions": f"tcp://127.0.0.1:{port}", "weights": pub.endpoint,

@@ -43,7 +43,8 @@ HOSTILE = [
 
 def _run_dir(tmp_path):
     cfg = validate(_cfg(run_name="hostile", **{"policy.hidden_dims": "[16,16]", "algo.critic_hidden_dims": "[16,16]",
-                                               "learner.learning_starts": "100000"}))
+                                               "learner.learning_starts": "100000",
+                                               "actor.drain_timeout_s": "1"}))  # stand-in learners never ack
     run = tmp_path / "runs" / "hostile"
     run.mkdir(parents=True)
     (run / "config.yaml").write_text(to_yaml(cfg))
@@ -80,7 +81,7 @@ def test_learner_transitions_socket_rejects_and_survives(tmp_path):
     ctx = zmq.Context()
     try:
         endpoints = wait_for(lambda: read_json(run / "endpoints.json"), 120, "learner endpoints")
-        push = ctx.socket(zmq.PUSH)
+        push = ctx.socket(zmq.DEALER)  # the learner's transitions socket is a ROUTER (acknowledgements)
         push.connect(endpoints["transitions"])
         for frames in HOSTILE:
             push.send_multipart(frames)
@@ -105,7 +106,7 @@ def test_learner_transitions_socket_rejects_and_survives(tmp_path):
 def test_actor_weights_socket_rejects_and_survives(tmp_path):
     cfg, run = _run_dir(tmp_path)
     ctx = zmq.Context()
-    pull, pub = ctx.socket(zmq.PULL), ctx.socket(zmq.PUB)
+    pull, pub = ctx.socket(zmq.ROUTER), ctx.socket(zmq.PUB)  # a stand-in learner that never acknowledges
     t_port = pull.bind_to_random_port("tcp://127.0.0.1")
     w_port = pub.bind_to_random_port("tcp://127.0.0.1")
     write_json_atomic(run / "endpoints.json", {"transitions": f"tcp://127.0.0.1:{t_port}",

@@ -21,12 +21,18 @@ class ActorConfig:
                                     # weights this actor acts with (0: never)
     max_steps_ahead: int = 200      # sim only: env steps an actor may run ahead of the learner's utd_ratio
     send_every: int = 10            # steps per transition batch (and always at an episode end)
+    max_spool_mb: float = 1024.0    # unacknowledged batches kept on disk past which the robot holds
+    resend_after_s: float = 5.0     # a batch still unacknowledged after this long is sent again
+    drain_timeout_s: float = 10.0   # at a clean stop, wait this long for the learner's last acks
     threads: int = 1                # torch threads of each actor process
 
     def __post_init__(self) -> None:
         for key in ("send_every", "threads"):
             if getattr(self, key) < 1:
                 raise ValueError(f"actor.{key} must be >= 1, got {getattr(self, key)}")
+        for key in ("max_spool_mb", "resend_after_s", "drain_timeout_s"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"actor.{key} must be > 0, got {getattr(self, key)}")
         for key in ("max_policy_lag", "inference_delay_ticks", "max_steps_ahead"):
             if getattr(self, key) < 0:
                 raise ValueError(f"actor.{key} must be >= 0, got {getattr(self, key)}")

@@ -24,7 +24,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 import zmq
 
@@ -43,9 +42,10 @@ from robolearn.registry import lookup
 from robolearn.rundir import RunDir
 from robolearn.stop_flag import StopFlag
 from robolearn.transport.security import load_keys
-from robolearn.transport.sockets import connect, send
+from robolearn.transport.spool import Spool
+from robolearn.transport.transitions import TRANSITIONS, TransitionSender
 from robolearn.transport.weights import WeightSubscriber
-from robolearn.transport.wire import RejectCounter
+from robolearn.transport.wire import RejectCounter, decode
 
 if TYPE_CHECKING:  # the config is built above this layer (robolearn.config); only its type is named here
     from robolearn.config import RunConfig
@@ -69,6 +69,7 @@ class Actor:
         self.intervention_steps = 0
         self.throttled_s = 0.0  # waiting for weights within actor.max_policy_lag
         self.waited_for_learner_s = 0.0  # learner.learning=sync: waiting at episode ends
+        self.spool_full_s = 0.0  # holding the robot while the spool was past actor.max_spool_mb
         # budget.env_steps is the run's total: each actor takes its share and then waits to be stopped,
         # so the run ends at the budget instead of wherever the actors got to before the runtime noticed
         budget = cfg.budget.env_steps
@@ -132,10 +133,12 @@ class Actor:
         if endpoints is None:
             return
         ctx = zmq.Context()
-        push = ctx.socket(zmq.PUSH)
-        push.setsockopt(zmq.SNDHWM, 100000)
-        push.setsockopt(zmq.LINGER, 5000)  # a stopping actor still delivers what it sent
-        connect(push, endpoints["transitions"], self.keys)
+        spool = Spool(self.run.root / "spool" / self.name, int(self.settings.max_spool_mb * 1e6))
+        self.sender = TransitionSender(ctx, endpoints["transitions"], self.name, spool, self.keys,
+                                       self.settings.resend_after_s)
+        if spool.pending():
+            print(f"[{self.name}] re-sending {len(spool.pending())} batches an earlier run left unacknowledged",
+                  flush=True)
         self.weights = WeightSubscriber(ctx, endpoints["weights"], self.policy, self.rejects, self.keys)
 
         def first_weights() -> bool:
@@ -154,17 +157,11 @@ class Actor:
                                       self.settings.chunking, self.robot_id, before_request=self._newest_weights,
                                       on_chunk=lambda start, chunk: self.recording.log_chunk(self.robot_id, start,
                                                                                              chunk))
-        seq = 0
-
-        def deliver(arrays: dict[str, np.ndarray]) -> None:
-            nonlocal seq
-            send(push, "transitions", self.robot_id, seq, {}, arrays)
-            seq += 1
-
-        recorder = TransitionRecorder(self.env.observation_spec, deliver, self.settings.send_every)
+        recorder = TransitionRecorder(self.env.observation_spec,
+                                      lambda arrays: self.sender.send(self.robot_id, arrays), self.settings.send_every)
         loop = EpisodeLoop(self.env, self.executor, self.clock, self._human(), subscribers=[recorder, self],
                            gate=self._gate, policy_version=lambda: self.weights.version)
-        episode_id = int(endpoints["next_episode_id"]) + self.index
+        episode_id = self._first_episode_id(int(endpoints["next_episode_id"]) + self.index, spool)
         while not self.stop and not self._share_taken():
             result = loop.run(seed=cfg.seed * 1_000_003 + episode_id, episode_id=episode_id)
             if not result.stopped and cfg.learner.learning == "sync":
@@ -175,13 +172,27 @@ class Actor:
                   flush=True)
             self._write_status()
         while not self.stop:
-            time.sleep(0.05)
+            self.sender.poll(timeout_ms=50)
+        if not self.sender.drain(self.settings.drain_timeout_s):
+            print(f"[{self.name}] {len(spool.pending())} batches still unacknowledged after "
+                  f"{self.settings.drain_timeout_s:.0f} s; kept in {spool.dir} for the next start", flush=True)
         self._write_status(final=True)
         client.close()
         self.recording.close()
         self.weights.close()
-        push.close()  # lingers up to 5 s to deliver queued transitions
+        self.sender.close()
         ctx.term()
+
+    def _first_episode_id(self, offered: int, spool: Spool) -> int:
+        """The learner offers ids past what its buffer holds; batches still in the spool may be past that too
+        (the learner has not seen them yet), so start past them: ids stay unique (and ``index`` mod actors)."""
+        spooled = [-1]
+        for seq in spool.pending():
+            frames = spool.read(seq)
+            if frames:
+                spooled.append(int(decode(frames, frozenset({TRANSITIONS})).arrays["episode_id"][-1]))
+        step = self.cfg.runtime.num_actors
+        return offered + step * max(0, -(-(max(spooled) + 1 - offered) // step))
 
     def _share_taken(self) -> bool:
         return self.share is not None and self.env_steps >= self.share
@@ -200,11 +211,23 @@ class Actor:
         if self.lease.lost.is_set():
             print(f"[{self.name}] lost the lease on {self.robot_id}; stopping", file=sys.stderr, flush=True)
             self.stop.set()
+        if self.sender.spool.full:
+            self._hold_for_spool()
         if self.stop or self._share_taken():
             return False
         if self.settings.max_policy_lag:
             self._throttle(tick)
         return True
+
+    def _hold_for_spool(self) -> None:
+        """Back-pressure: while more than ``actor.max_spool_mb`` waits for the learner's acks, the robot holds
+        (no step) instead of dropping data."""
+        t0 = time.monotonic()
+        print(f"[{self.name}] spool full ({self.sender.spool.bytes / 1e6:.0f} MB unacknowledged); holding the robot",
+              file=sys.stderr, flush=True)
+        while self.sender.spool.full and not self.stop:
+            self.sender.poll(timeout_ms=50)
+        self.spool_full_s += time.monotonic() - t0
 
     def _wait_for_learner(self) -> None:
         """Sim only: hold the (frozen) simulation while the learner is behind its update-to-data ratio. The
@@ -255,6 +278,7 @@ class Actor:
         self.intervention_steps += int(step.fields["intervention"])
         self.env_steps += 1
         self._steps_since_status += 1
+        self.sender.poll()
         if step.done:
             self.episodes += 1
             self.successes += int(step.success)
@@ -271,6 +295,9 @@ class Actor:
             "robot_id": self.robot_id, "env_steps": self.env_steps, "episodes": self.episodes,
             "successes": self.successes, "intervention_steps": self.intervention_steps,
             "throttled_s": self.throttled_s, "waited_for_learner_s": self.waited_for_learner_s,
+            "batches_sent": self.sender.sent, "batches_acked": self.sender.acked,
+            "batches_rejected": self.sender.rejected, "batches_unacked": len(self.sender.spool.pending()),
+            "spool_full_s": self.spool_full_s, "spool_problems": self.sender.spool.problems[-5:],
             "version": self.weights.version,
             "versions_received": len(self.weights.versions_received),
             "first_version": min(self.weights.versions_received, default=0), "rejected_messages": self.rejects.total,

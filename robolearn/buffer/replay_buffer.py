@@ -81,9 +81,11 @@ class ReplayBuffer:
 
     # ============================================================================================
     # adding
-    def add(self, robot_id: str, arrays: dict[str, np.ndarray], partition: str = "online") -> int:
+    def add(self, robot_id: str, arrays: dict[str, np.ndarray], partition: str = "online",
+            batch_key: tuple[str, int] | None = None) -> int:
         """Validate, persist (the acknowledgement point), then index one batch of consecutive steps of one
-        episode (the wire's columnar batch, images raw uint8). Returns the number of steps added."""
+        episode (the wire's columnar batch, images raw uint8). Returns the number of steps added.
+        ``batch_key``: (actor, batch number) of a batch from an actor, remembered (``has_batch``)."""
         if partition not in ("online", "demo"):
             raise ValueError(f"partition must be 'online' or 'demo' (interventions are flagged per step), "
                              f"got {partition!r}")
@@ -98,8 +100,13 @@ class ReplayBuffer:
             self._index.check_continues(key, int(arrays["step"][0]))
         record = self._storage.compress(arrays)  # outside the lock: lz4 releases the GIL
         with self.lock:
-            self._storage.append(robot_id, record, partition)
+            self._storage.append(robot_id, record, partition, batch_key)
         return n
+
+    def has_batch(self, actor: str, batch: int) -> bool:
+        """Whether this actor's batch number ``batch`` is stored (a re-sent copy is then a duplicate)."""
+        with self.lock:
+            return (actor, batch) in self._storage.batches
 
     # ============================================================================================
     # sampling

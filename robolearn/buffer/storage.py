@@ -98,16 +98,24 @@ class Storage:
         self.index = index
         self.images = ImageCache(log, index.tables, shapes, ram_budget)
         self._seq = 0  # the wire sequence number of the next record this process appends
+        self.batches: set[tuple[str, int]] = set()  # (actor, batch number) of every stored batch that has one
 
     def compress(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """A validated batch in its stored form (the caller does this outside its lock: lz4 is the slow part)."""
         return compress_images(arrays, self.images.shapes)
 
-    def append(self, robot_id: str, record: dict[str, np.ndarray], partition: str) -> None:
-        """Persist a compressed batch (returns once the OS has it), then index it."""
-        ref = self.log.append(encode("transitions", robot_id, self._seq, {"partition": partition}, record))
+    def append(self, robot_id: str, record: dict[str, np.ndarray], partition: str,
+               batch_key: tuple[str, int] | None = None) -> None:
+        """Persist a compressed batch (returns once the OS has it), then index it. ``batch_key`` (actor, batch
+        number) goes on disk with it, so a re-sent copy is known as one after a restart too."""
+        meta = {"partition": partition}
+        if batch_key is not None:
+            meta.update(actor=batch_key[0], batch=batch_key[1])
+        ref = self.log.append(encode("transitions", robot_id, self._seq, meta, record))
         self._seq += 1
         self._index(robot_id, record, partition, ref)
+        if batch_key is not None:
+            self.batches.add(batch_key)
 
     def load(self) -> list[tuple[str, int]]:
         """Rebuild the index from the log; unless read-only, close the episodes a crash cut, durably.
@@ -117,6 +125,8 @@ class Storage:
                 self.index.close_open_episode((msg.sender, int(msg.meta["episode_id"]), msg.meta["partition"]))
                 continue
             partition = msg.meta.get("partition", "online")
+            if "actor" in msg.meta:
+                self.batches.add((str(msg.meta["actor"]), int(msg.meta["batch"])))
             key = (msg.sender, int(msg.arrays["episode_id"][0]), partition)
             try:
                 self.index.check_continues(key, int(msg.arrays["step"][0]))

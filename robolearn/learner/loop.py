@@ -41,15 +41,12 @@ from robolearn.specs import SpecError
 from robolearn.stop_flag import StopFlag
 from robolearn.transport.learner_status import LearnerStatus
 from robolearn.transport.security import Authenticator, load_keys
-from robolearn.transport.sockets import TRANSITIONS_LIMITS, bind_random_port, limit_receive
+from robolearn.transport.transitions import BatchId, TransitionReceiver
 from robolearn.transport.weights import WeightPublisher
-from robolearn.transport.wire import RejectCounter, WireError, decode
+from robolearn.transport.wire import RejectCounter, WireError
 
 if TYPE_CHECKING:  # the config is built above this layer (robolearn.config); only its type is named here
     from robolearn.config import RunConfig
-
-TRANSITIONS = frozenset({"transitions"})
-
 
 def lag_stats(histogram: collections.Counter) -> dict[str, float]:
     """Mean, p95 and max policy lag (versions) of the transitions ingested so far."""
@@ -74,6 +71,7 @@ class Learner:
         self.policy = build_policy(cfg, self.obs_spec, self.action_spec)
         self.algo: Algorithm = lookup("algo", cfg.algo.name).factory(self.policy, cfg.algo, cfg.seed)
         self.rejects = RejectCounter()
+        self.duplicates = 0  # batches an actor re-sent that the buffer already held (acknowledged, dropped)
         self.version = 0
         self.episodes = 0
         self.successes = 0
@@ -150,10 +148,10 @@ class Learner:
         ctx = zmq.Context()
         keys = load_keys(cfg.runtime.keys_dir)
         auth = Authenticator(ctx, keys) if keys else None  # only authorized clients complete a CURVE handshake
-        pull = limit_receive(ctx.socket(zmq.PULL), TRANSITIONS_LIMITS)
+        receiver = TransitionReceiver(ctx, cfg.runtime.host, self.rejects, keys)
         self.publisher = pub = WeightPublisher(ctx, cfg.runtime.host, self.schedule.weights_full_every, keys)
         endpoints = {
-            "transitions": bind_random_port(pull, cfg.runtime.host, keys),
+            "transitions": receiver.endpoint,
             "weights": pub.endpoint,
             "next_episode_id": self.max_episode_id + 1,
             "learner_pid": os.getpid(),
@@ -161,7 +159,7 @@ class Learner:
         self.recording = Recording(self.run.root, cfg.run_name)
         self.metrics_log = MetricsLog(self.run.metrics)
         poller = zmq.Poller()
-        poller.register(pull, zmq.POLLIN)
+        poller.register(receiver.sock, zmq.POLLIN)
         if self.version == 0:
             self.version = 1  # the initial weights are version 1; actors wait for a version
         self._publish(pub)
@@ -176,7 +174,7 @@ class Learner:
         metrics: dict[str, float] = {}
         prefetch = self.start_prefetch()
         while not self.stop:
-            self._ingest(pull, max_messages=256)
+            self._ingest(receiver, max_messages=256)
             if self.algo.num_updates < self._updates_due():
                 try:
                     metrics = self.update_once(prefetch)
@@ -210,7 +208,7 @@ class Learner:
         # graceful stop: take what is still queued, persist, checkpoint
         drain_until = time.monotonic() + 0.5
         while time.monotonic() < drain_until:
-            if not self._ingest(pull, max_messages=1024):
+            if not self._ingest(receiver, max_messages=1024):
                 time.sleep(0.02)
         if prefetch:
             prefetch.close()
@@ -219,26 +217,43 @@ class Learner:
         self._write_status(time.monotonic() - t_start, final=True)
         self.recording.close()
         self.metrics_log.close()
-        pull.close(linger=0)
+        receiver.close()
         pub.close()
         if auth:
             auth.stop()
         ctx.term()
 
-    def _ingest(self, pull: zmq.Socket, max_messages: int) -> int:
+    def _ingest(self, receiver: TransitionReceiver, max_messages: int) -> int:
+        """Take up to ``max_messages`` batches: validate, store (the acknowledgement point), then ack. A batch
+        stored before (an actor re-sent it) is acknowledged again and dropped."""
         got = 0
         for _ in range(max_messages):
             try:
-                frames = pull.recv_multipart(flags=zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            try:
-                msg = decode(frames, TRANSITIONS)
-                self.buffer.add(msg.sender, msg.arrays)  # validated, then on disk: acknowledged
-            except (WireError, SpecError) as exc:
-                self.rejects.reject(str(exc))
-                print(f"[learner] rejected a message: {exc}", file=sys.stderr, flush=True)
+                received = receiver.recv()
+            except WireError as exc:  # not even a well-formed message: nobody to acknowledge
+                self._reject(exc)
                 continue
+            if received is None:
+                break
+            peer, msg = received
+            try:
+                batch = BatchId.from_meta(msg.meta)
+            except WireError as exc:
+                self._reject(exc)
+                continue
+            if batch is not None and self.buffer.has_batch(batch.actor, batch.seq):
+                self.duplicates += 1
+                receiver.ack(peer, batch, "duplicate")
+                continue
+            try:
+                self.buffer.add(msg.sender, msg.arrays, batch_key=(batch.actor, batch.seq) if batch else None)
+            except SpecError as exc:
+                self._reject(exc)
+                if batch is not None:
+                    receiver.ack(peer, batch, "rejected", str(exc))
+                continue
+            if batch is not None:
+                receiver.ack(peer, batch, "stored")
             arrays = msg.arrays
             self.max_episode_id = max(self.max_episode_id, int(arrays["episode_id"][-1]))
             self.latest_transition_version = int(arrays["policy_version"][-1])
@@ -254,6 +269,10 @@ class Learner:
             self.recording.log_transitions(msg.sender, msg.arrays)
             got += 1
         return got
+
+    def _reject(self, exc: Exception) -> None:
+        self.rejects.reject(str(exc))
+        print(f"[learner] rejected a message: {exc}", file=sys.stderr, flush=True)
 
     def _updates_due(self) -> float:
         """utd * (learnable steps - max(learning_starts, batch_size)). Learnable: every ingested step; with
@@ -291,6 +310,7 @@ class Learner:
             "success_rate_50": (sum(self.recent) / len(self.recent)) if self.recent else 0.0,
             "updates": self.algo.num_updates, "updates_per_s": self.updates_per_s, "version": self.version,
             "version_lag": self.version - self.latest_transition_version, "rejected_messages": self.rejects.total,
+            "duplicate_batches": self.duplicates,
             **lag_stats(self.policy_lag),
         }
 

@@ -238,9 +238,13 @@ def _summary(run: RunDir, procs: dict, wall_s: float, stop_reason: str, failure:
         "stalled_ticks": sum(a.get("stalled_ticks", 0) for a in status["actors"]),
         "p99_period_error_ms": max((a.get("p99_period_error_ms", 0.0) for a in status["actors"]), default=0.0),
         "chunk_utilisation": min((a.get("chunk_utilisation", 0.0) for a in status["actors"]), default=0.0),
+        "duplicate_batches": learner.get("duplicate_batches", 0),
+        "batches_unacked": sum(a.get("batches_unacked", 0) for a in status["actors"]),
         "actors": [{k: a.get(k) for k in ("robot_id", "env_steps", "episodes", "versions_received", "stalled_ticks",
                                           "p50_period_error_ms", "p99_period_error_ms", "chunk_utilisation",
-                                          "delay_histogram", "rejected_messages")} for a in status["actors"]],
+                                          "delay_histogram", "rejected_messages", "batches_sent", "batches_acked",
+                                          "batches_rejected", "batches_unacked", "spool_full_s")}
+                   for a in status["actors"]],
     }
 
 
@@ -257,7 +261,9 @@ def _print_summary(console: Console, s: dict) -> None:
         ("throttled_s", "actors throttled by lag", "{:.1f} s"),
         ("waited_for_learner_s", "robot waited for learner (sync)", "{:.1f} s"),
         ("intervention_steps", "intervention steps", "{}"),
-        ("rejected_messages", "rejected messages", "{}"), ("run_dir", "run directory", "{}"),
+        ("rejected_messages", "rejected messages", "{}"),
+        ("batches_unacked", "batches left unacknowledged (spooled)", "{}"),
+        ("duplicate_batches", "re-sent batches dropped as duplicates", "{}"), ("run_dir", "run directory", "{}"),
     ):
         table.add_row(label, fmt.format(s.get(key)))
     console.print(table)

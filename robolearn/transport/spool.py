@@ -1,0 +1,119 @@
+"""Messages an actor sent and the learner has not acknowledged yet, kept on the actor's own disk.
+
+One file per batch, ``<dir>/<batch:012d>.msg``: u32 frame count, u64 length of each frame, u32 crc32 of all
+that follows, the frames (the wire message exactly as sent). Each is written under a temporary name and
+renamed, so a crash leaves a whole file or none; a file that fails its checksum is moved to ``corrupt/`` and
+reported, never re-sent. The next batch number lives in ``next_batch`` (also renamed into place), so
+numbers keep counting up across restarts of the actor and the learner can drop a re-sent batch it has.
+A batch the learner rejected (invalid) is moved to ``rejected/`` with the reason beside it.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from pathlib import Path
+
+_COUNT, _LEN, _CRC = struct.Struct("<I"), struct.Struct("<Q"), struct.Struct("<I")
+
+
+def _pack(frames: list[bytes]) -> bytes:
+    lengths = b"".join(_LEN.pack(len(f)) for f in frames)
+    body = b"".join(frames)
+    return _COUNT.pack(len(frames)) + lengths + _CRC.pack(zlib.crc32(body, zlib.crc32(lengths))) + body
+
+
+def _unpack(data: bytes) -> list[bytes] | None:
+    """The frames, or None when the file is torn or corrupt."""
+    if len(data) < _COUNT.size:
+        return None
+    (n,) = _COUNT.unpack_from(data)
+    head = _COUNT.size + n * _LEN.size
+    if n > 4096 or len(data) < head + _CRC.size:
+        return None
+    lengths = [_LEN.unpack_from(data, _COUNT.size + i * _LEN.size)[0] for i in range(n)]
+    (crc,) = _CRC.unpack_from(data, head)
+    body = data[head + _CRC.size:]
+    if len(body) != sum(lengths) or zlib.crc32(body, zlib.crc32(data[_COUNT.size:head])) != crc:
+        return None
+    frames, off = [], 0
+    for length in lengths:
+        frames.append(body[off:off + length])
+        off += length
+    return frames
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+class Spool:
+    def __init__(self, directory: str | Path, max_bytes: int) -> None:
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.max_bytes = max_bytes
+        self.problems: list[str] = []
+        for tmp in self.dir.glob("*.tmp"):  # a write a crash interrupted: never renamed, so never acknowledged
+            tmp.unlink()
+        self._sizes = {int(p.stem): p.stat().st_size for p in self.dir.glob("*.msg")}
+        counter = self.dir / "next_batch"
+        stored = int(counter.read_text()) if counter.exists() else 0
+        self._next = max(stored, max(self._sizes, default=-1) + 1)
+
+    def _path(self, seq: int) -> Path:
+        return self.dir / f"{seq:012d}.msg"
+
+    def next_seq(self) -> int:
+        """Reserve the next batch number (kept on disk: it never repeats, even after a restart)."""
+        seq = self._next
+        self._next += 1
+        _write_atomic(self.dir / "next_batch", str(self._next).encode())
+        return seq
+
+    def put(self, seq: int, frames: list[bytes]) -> None:
+        data = _pack(frames)
+        _write_atomic(self._path(seq), data)
+        self._sizes[seq] = len(data)
+
+    def read(self, seq: int) -> list[bytes]:
+        frames = _unpack(self._path(seq).read_bytes())
+        if frames is None:
+            self._move(seq, "corrupt")
+            self.problems.append(f"spooled batch {seq} failed its checksum; moved to {self.dir / 'corrupt'}")
+            return []
+        return frames
+
+    def remove(self, seq: int) -> bool:
+        """Forget an acknowledged batch; False when it was not (or no longer) spooled."""
+        if self._sizes.pop(seq, None) is None:
+            return False
+        self._path(seq).unlink(missing_ok=True)
+        return True
+
+    def reject(self, seq: int, reason: str) -> bool:
+        """Move a batch the learner rejected to ``rejected/`` with the reason; False when it was not spooled."""
+        if seq not in self._sizes:
+            return False
+        self._move(seq, "rejected")
+        (self.dir / "rejected" / f"{seq:012d}.reason.txt").write_text(reason + "\n")
+        return True
+
+    def _move(self, seq: int, folder: str) -> None:
+        (self.dir / folder).mkdir(exist_ok=True)
+        os.replace(self._path(seq), self.dir / folder / self._path(seq).name)
+        self._sizes.pop(seq, None)
+
+    def pending(self) -> list[int]:
+        return sorted(self._sizes)
+
+    @property
+    def bytes(self) -> int:
+        return sum(self._sizes.values())
+
+    @property
+    def full(self) -> bool:
+        return self.bytes > self.max_bytes

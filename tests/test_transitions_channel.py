@@ -1,0 +1,147 @@
+"""The acknowledged transitions channel: a batch leaves the actor's spool only when the learner has it on disk,
+what a learner that was not there missed is re-sent, and a batch the learner already stored (a re-send after a
+lost ack, or after a restart) is acknowledged and dropped, once in the buffer. Counts come from the actor's own
+sender and the buffer on disk, not from the learner's counters."""
+
+import socket
+import time
+
+import numpy as np
+import pytest
+import zmq
+
+from robolearn.builders import build_task
+from robolearn.config import validate
+from robolearn.learner.loop import Learner
+from robolearn.logging.recording import Recording
+from robolearn.rundir import RunDir
+from robolearn.transition import TransitionWriter
+from robolearn.transport.spool import Spool
+from robolearn.transport.transitions import TransitionReceiver, TransitionSender
+from robolearn.transport.wire import RejectCounter
+from tests.helpers import read_buffer
+from tests.test_cli_config import _cfg
+
+
+def _batches(env, episodes=2, steps=6, per_batch=3) -> list[dict[str, np.ndarray]]:
+    out = []
+    for ep in range(episodes):
+        obs, _ = env.reset(seed=ep)
+        w = TransitionWriter(env.observation_spec)
+        for t in range(steps):
+            a = np.zeros(env.action_spec.dim, np.float32)
+            nxt, r, _, _, _ = env.step(a)
+            w.add(obs, a, action_source=0, intervention=False, reward=r, terminated=False, truncated=t == steps - 1,
+                  success=False, episode_id=ep, step=t, tick=t, t_obs=0.0, t_act=0.0, policy_version=1, chunk_id=0,
+                  chunk_index=0, delay_ticks=0)
+            obs = nxt
+            if len(w) == per_batch:
+                out.append(w.flush(final_obs=obs) if t == steps - 1 else w.flush())
+    return out
+
+
+def test_the_spool_keeps_batches_until_acknowledged_and_numbers_never_repeat(tmp_path):
+    spool = Spool(tmp_path / "s", max_bytes=100)
+    seqs = [spool.next_seq() for _ in range(3)]
+    for seq in seqs:
+        spool.put(seq, [b"header", b"x" * 40])
+    assert spool.pending() == [0, 1, 2] and spool.full
+    spool.remove(1)
+    spool.reject(2, "wrong observation shape")
+    assert spool.pending() == [0] and not spool.full
+    assert (tmp_path / "s" / "rejected" / "000000000002.reason.txt").read_text().startswith("wrong observation")
+    (tmp_path / "s" / "000000000007.msg.tmp").write_bytes(b"torn")  # a write a crash cut
+    again = Spool(tmp_path / "s", max_bytes=100)  # the actor restarts
+    assert again.pending() == [0] and again.read(0) == [b"header", b"x" * 40]
+    assert again.next_seq() == 3  # after everything ever numbered, acknowledged or not
+    (tmp_path / "s" / "000000000000.msg").write_bytes(b"\x02\x00\x00\x00garbage")
+    assert again.read(0) == [] and again.pending() == [] and "checksum" in again.problems[0]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def learner(tmp_path):
+    cfg = validate(_cfg(task="reach", run_name="acks", **{"policy.hidden_dims": "[16,16]",
+                                                        "algo.critic_hidden_dims": "[16,16]"}))
+    made = []
+
+    def make():
+        lr = Learner(RunDir(tmp_path / "run"), cfg, stop=None)
+        lr.recording = Recording(tmp_path / "run", "acks")  # what run_forever opens before it ingests
+        made.append(lr)
+        return lr
+
+    yield make
+    for lr in made:
+        lr.buffer.close()
+
+
+def test_batches_sent_while_no_learner_listens_arrive_once_it_does(tmp_path, learner):
+    env = build_task(validate(_cfg()))
+    batches = _batches(env)
+    ctx = zmq.Context()
+    port = _free_port()
+    spool = Spool(tmp_path / "spool", 10**8)
+    sender = TransitionSender(ctx, f"tcp://127.0.0.1:{port}", "actor-0", spool, resend_after_s=1.0)
+    for b in batches:
+        sender.send("sim_so101-0", b)
+    assert len(spool.pending()) == len(batches)  # nobody there: all kept on the actor's disk
+    lr = learner()
+    receiver = TransitionReceiver(ctx, "127.0.0.1", RejectCounter(), port=port)  # the port the actor was told
+    try:
+        deadline = time.monotonic() + 10
+        while spool.pending() and time.monotonic() < deadline:
+            lr._ingest(receiver, 100)
+            sender.poll(timeout_ms=20)
+        assert spool.pending() == [] and sender.acked == len(batches)
+        assert sender.duplicates == 0  # each acknowledged once it was stored, none had to go twice
+        stored = read_buffer(tmp_path / "run")
+        assert sum(len(b["action"]) for b in stored) == sum(len(b["action"]) for b in batches)  # all, once
+    finally:
+        sender.close()
+        receiver.close()
+        ctx.term()
+        env.close()
+
+
+def test_a_resent_batch_is_stored_once_even_after_the_learner_restarts(tmp_path, learner):
+    env = build_task(validate(_cfg()))
+    batches = _batches(env, episodes=1)
+    ctx = zmq.Context()
+    lr = learner()
+    receiver = TransitionReceiver(ctx, "127.0.0.1", RejectCounter())
+    spool = Spool(tmp_path / "spool", 10**8)
+    sender = TransitionSender(ctx, receiver.endpoint, "actor-0", spool, resend_after_s=0.2)
+
+    def exchange(rounds=50):
+        for _ in range(rounds):
+            lr._ingest(receiver, 100)
+            sender.poll(timeout_ms=10)
+
+    try:
+        sender.send("sim_so101-0", batches[0])
+        frames = spool.read(0)
+        deadline = time.monotonic() + 10
+        while spool.pending() and time.monotonic() < deadline:
+            exchange(1)
+        assert spool.pending() == [] and lr.duplicates == 0
+        sender.sock.send_multipart(frames)  # the same batch again, as from an actor whose ack was lost
+        exchange()
+        assert lr.duplicates == 1 and sender.duplicates == 1
+        lr.buffer.close()
+        lr = learner()  # the learner restarts on the same buffer
+        sender.sock.send_multipart(frames)  # and the batch comes once more
+        exchange()
+        assert lr.duplicates == 1  # the new learner's own count: the re-send was known from the disk
+        stored = read_buffer(tmp_path / "run")
+        assert sum(len(b["action"]) for b in stored) == len(batches[0]["action"])
+    finally:
+        sender.close()
+        receiver.close()
+        ctx.term()
+        env.close()
