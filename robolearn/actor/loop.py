@@ -22,6 +22,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -81,8 +82,7 @@ class Actor:
     # --- start and end: the lease brackets every use of the robot ----------------------------------------
     def run_forever(self) -> None:
         cfg = self.cfg
-        resources = self._wait_for("resource manager", lambda: read_json(self.run.resources),
-                                   cfg.runtime.startup_timeout_s)
+        resources = self._wait_for_file(self.run.resources, "resource manager")
         if resources is None:
             return
         self.keys = load_keys(cfg.runtime.keys_dir)
@@ -109,6 +109,10 @@ class Actor:
             time.sleep(0.02)
         return None
 
+    def _wait_for_file(self, path: Path, what: str) -> dict | None:
+        """A rendezvous file another process writes (resources.json, endpoints.json), once it is there."""
+        return self._wait_for(what, lambda: read_json(path), self.cfg.runtime.startup_timeout_s)
+
     def _human(self) -> Intervener | None:
         """The teleop that may take over: the scripted human in sim (``actor.human=scripted``)."""
         if self.settings.human == "none":
@@ -128,8 +132,7 @@ class Actor:
 
     def _act(self) -> None:
         cfg = self.cfg
-        endpoints = self._wait_for("learner endpoints", lambda: read_json(self.run.endpoints),
-                                   cfg.runtime.startup_timeout_s)
+        endpoints = self._wait_for_file(self.run.endpoints, "learner endpoints")
         if endpoints is None:
             return
         ctx = zmq.Context()
