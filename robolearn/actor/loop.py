@@ -166,6 +166,7 @@ class Actor:
                            gate=self._gate, policy_version=lambda: self.weights.version)
         episode_id = self._first_episode_id(int(endpoints["next_episode_id"]) + self.index, spool)
         while not self.stop and not self._share_taken():
+            spool.note("next_episode", episode_id + cfg.runtime.num_actors)  # a restart continues past it
             result = loop.run(seed=cfg.seed * 1_000_003 + episode_id, episode_id=episode_id)
             if not result.stopped and cfg.learner.learning == "sync":
                 self._wait_for_updates()
@@ -187,9 +188,10 @@ class Actor:
         ctx.term()
 
     def _first_episode_id(self, offered: int, spool: Spool) -> int:
-        """The learner offers ids past what its buffer holds; batches still in the spool may be past that too
-        (the learner has not seen them yet), so start past them: ids stay unique (and ``index`` mod actors)."""
-        spooled = [-1]
+        """The learner offers ids past what its buffer held when it started; an earlier process of this actor
+        (restarted by the runtime) may have used ids past that, and batches still in the spool may be past it
+        too, so start past all of them: ids stay unique (and ``index`` mod actors)."""
+        spooled = [-1, (spool.noted("next_episode") or 0) - 1]
         for seq in spool.pending():
             frames = spool.read(seq)
             if frames:

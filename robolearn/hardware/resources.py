@@ -166,6 +166,15 @@ class LeaseManager:
         with self._lock:
             self.waiting = [(h, r) for h, r in self.waiting if h != holder]
 
+    def release_holder(self, holder: str) -> list[str]:
+        """Free every lease ``holder`` has (a process the runtime saw die), without waiting for its ttl;
+        returns the resources freed."""
+        with self._lock:
+            gone = [lid for lid, lease in self.leases.items() if lease.holder == holder]
+            freed = [name for lid in gone for name in self.leases.pop(lid).resources]
+            self.waiting = [(h, r) for h, r in self.waiting if h != holder]
+        return freed
+
     def status(self) -> list[dict]:
         with self._lock:
             self._expire_and_probe(time.monotonic())

@@ -44,10 +44,14 @@ class LocalRuntimeConfig:
     startup_timeout_s: float = 120.0
     shutdown_timeout_s: float = 30.0
     live_console: bool = True     # rich live line on a terminal; plain lines every 10 s otherwise
+    actor_restarts: int = 3       # a dead actor is restarted (its lease freed at once) at most this many times
+    restart_backoff_s: float = 1.0  # the first restart of an actor is at once, the k-th after backoff * (2^(k-1) - 1)
 
     def __post_init__(self) -> None:
         if self.num_actors < 1:
             raise ValueError(f"runtime.num_actors must be >= 1, got {self.num_actors}")
+        if self.actor_restarts < 0 or self.restart_backoff_s < 0:
+            raise ValueError("runtime.actor_restarts and runtime.restart_backoff_s must be >= 0")
         if not is_loopback(self.host) and self.keys_dir is None:
             raise ValueError(f"runtime.host={self.host!r} is not a loopback address: a non-loopback bind needs "
                              "CurveZMQ keys (robolearn keys generate DIR, then runtime.keys_dir=DIR/server)")
@@ -107,6 +111,7 @@ def run_local(cfg: RunConfig, run: RunDir) -> dict:
     write_json_atomic(run.root / "pids.json", {"learner": procs["learner"].popen.pid})
     failure = ""
     stop_reason = ""
+    supervisor = Supervisor(run, procs, leases, runtime)
     try:
         while not run.endpoints.exists() and not interrupted:
             if not procs["learner"].alive():
@@ -120,7 +125,7 @@ def run_local(cfg: RunConfig, run: RunDir) -> dict:
             for i in range(runtime.num_actors):
                 procs[f"actor-{i}"] = _Proc(f"actor-{i}", run, ["actor", str(run.root), str(i)])
             write_json_atomic(run.root / "pids.json", {k: p.popen.pid for k, p in procs.items()})
-            stop_reason, failure = _watch(cfg, run, procs, console, interrupted)
+            stop_reason, failure = _watch(cfg, run, procs, console, interrupted, supervisor)
     except RuntimeError as exc:
         failure = str(exc)
     finally:
@@ -132,6 +137,7 @@ def run_local(cfg: RunConfig, run: RunDir) -> dict:
         leases.close()
         run.resources.unlink(missing_ok=True)
     summary = _summary(run, procs, time.monotonic() - t0, stop_reason, failure, codes)
+    summary["restarts"] = supervisor.restarts
     write_json_atomic(run.summary, summary)
     _print_summary(console, summary)
     if failure:
@@ -156,9 +162,46 @@ def _install_stop_signals() -> list[str]:
     return received
 
 
-def _watch(cfg: RunConfig, run: RunDir, procs: dict, console: Console, interrupted: list[str]) -> tuple[str, str]:
-    """Show progress until the budget is spent, a stop signal arrives or a process dies.
-    Returns (why it stopped, failure message or "")."""
+class Supervisor:
+    """Restarts a dead actor: its lease is freed at once (not after the ttl), then a new actor process with the
+    same index starts after a back-off, re-leases a robot and re-sends what its spool holds. Each actor gets
+    ``runtime.actor_restarts`` restarts; a learner that dies still ends the run (its restart is not built yet)."""
+
+    def __init__(self, run: RunDir, procs: dict, leases: LeaseManager, runtime: LocalRuntimeConfig) -> None:
+        self.run, self.procs, self.leases, self.runtime = run, procs, leases, runtime
+        self.restarts: list[dict] = []  # one entry per restart, for the summary
+        self._due: dict[str, float] = {}  # actor -> when its restart starts
+
+    def check(self, elapsed_s: float) -> str:
+        """Handle dead processes; returns a failure message when the run cannot go on."""
+        now = time.monotonic()
+        for name, proc in list(self.procs.items()):
+            if proc.alive() or name in self._due:
+                continue
+            code = proc.popen.returncode
+            done = sum(r["actor"] == name for r in self.restarts)
+            if name == "learner" or done >= self.runtime.actor_restarts:
+                return f"{name} exited unexpectedly (code {code})" + ("" if name == "learner" else
+                                                                      f" after {done} restarts")
+            freed = self.leases.release_holder(name)
+            delay = self.runtime.restart_backoff_s * (2 ** done - 1)  # the first at once, then 1, 3, 7 x backoff
+            print(f"[runtime] {name} exited (code {code}); freed {', '.join(freed) or 'no lease'}, restarting "
+                  f"in {delay:.1f} s ({done + 1}/{self.runtime.actor_restarts})", file=sys.stderr, flush=True)
+            proc.log.close()
+            self._due[name] = now + delay
+            self.restarts.append({"actor": name, "exit_code": code, "at_s": round(elapsed_s, 2)})
+        for name, at in list(self._due.items()):
+            if now >= at:
+                del self._due[name]
+                self.procs[name] = _Proc(name, self.run, ["actor", str(self.run.root), name.removeprefix("actor-")])
+                write_json_atomic(self.run.root / "pids.json", {k: p.popen.pid for k, p in self.procs.items()})
+        return ""
+
+
+def _watch(cfg: RunConfig, run: RunDir, procs: dict, console: Console, interrupted: list[str],
+           supervisor: Supervisor) -> tuple[str, str]:
+    """Show progress until the budget is spent, a stop signal arrives or the run cannot go on (the learner
+    died, or an actor ran out of restarts). Returns (why it stopped, failure message or "")."""
     t_run = time.monotonic()
     live = cfg.runtime.live_console and console.is_terminal
     with Live(Text("starting..."), console=console, refresh_per_second=4) if live else _NoLive() as display:
@@ -173,9 +216,9 @@ def _watch(cfg: RunConfig, run: RunDir, procs: dict, console: Console, interrupt
             elif time.monotonic() - last_plain >= 10.0:
                 print(line.plain, flush=True)
                 last_plain = time.monotonic()
-            dead = [n for n, p in procs.items() if not p.alive()]
-            if dead:
-                return "", f"{', '.join(dead)} exited unexpectedly (code {procs[dead[0]].popen.returncode})"
+            failure = supervisor.check(elapsed)
+            if failure:
+                return "", failure
             if interrupted:
                 return f"interrupted ({interrupted[0]})", ""
             if elapsed >= cfg.budget.minutes * 60:

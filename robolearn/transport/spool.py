@@ -107,6 +107,16 @@ class Spool:
         os.replace(self._path(seq), self.dir / folder / self._path(seq).name)
         self._sizes.pop(seq, None)
 
+    def note(self, name: str, value: int) -> None:
+        """Keep a small number beside the batches (e.g. the actor's next episode id), renamed into place."""
+        _write_atomic(self.dir / name, str(value).encode())
+
+    def noted(self, name: str) -> int | None:
+        try:
+            return int((self.dir / name).read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
     def pending(self) -> list[int]:
         return sorted(self._sizes)
 
