@@ -57,7 +57,7 @@ class LocalRuntimeConfig:
                              "CurveZMQ keys (robolearn keys generate DIR, then runtime.keys_dir=DIR/server)")
         if self.keys_dir is not None:
             keys = CurveKeys.load(self.keys_dir)  # KeysError (a ValueError) names the missing file
-            if keys.server_secret is None or keys.authorized is None:
+            if not keys.can_serve:
                 raise ValueError(f"runtime.keys_dir={self.keys_dir!r} is a client folder; the learner's machine "
                                  "needs the server folder (server.key_secret and authorized/)")
 

@@ -56,9 +56,14 @@ class CurveKeys:
         return cls(server_public, client_public, client_secret, server_secret,
                    authorized if authorized.is_dir() else None)
 
+    @property
+    def can_serve(self) -> bool:
+        """A server folder: it can bind (server secret) and knows whom to admit (``authorized/``)."""
+        return self.server_secret is not None and self.authorized is not None
+
     def serve(self, sock: zmq.Socket) -> None:
         """Make ``sock`` a CURVE server (before it binds)."""
-        if self.server_secret is None or self.authorized is None:
+        if not self.can_serve:
             raise KeysError("this keys folder can only connect: binding needs server.key_secret and authorized/ "
                             "(the server folder of robolearn keys generate)")
         sock.curve_secretkey = self.server_secret
@@ -115,21 +120,19 @@ def generate_keys(directory: str | Path, clients: list[str]) -> dict[str, Path]:
     work = root / ".generating"
     work.mkdir(parents=True)
     server_pub, server_sec = zmq.auth.create_certificates(work, "server")
-    folders = {"server": root / "server"}
-    folders["server"].mkdir()
-    (folders["server"] / "authorized").mkdir()
+    server = root / "server"
+    (server / "authorized").mkdir(parents=True)
+    folders = {"server": server, **{name: root / name for name in clients}}
     for name in names:
         pub, sec = zmq.auth.create_certificates(work, name)
-        target = folders["server"] if name == LOCAL_CLIENT else root / name
-        folders.setdefault(name, target)
+        target = server if name == LOCAL_CLIENT else folders[name]  # this machine's own actors use the server's
         target.mkdir(exist_ok=True)
         shutil.copy(pub, target / "client.key")
         shutil.copy(sec, target / "client.key_secret")
-        shutil.copy(pub, folders["server"] / "authorized" / f"{name}.key")
+        shutil.copy(pub, server / "authorized" / f"{name}.key")
         shutil.copy(server_pub, target / "server.key")
-    shutil.copy(server_sec, folders["server"] / "server.key_secret")
+    shutil.copy(server_sec, server / "server.key_secret")
     shutil.rmtree(work)
     for secret in root.rglob("*.key_secret"):
         os.chmod(secret, 0o600)
-    folders.pop(LOCAL_CLIENT)
     return folders

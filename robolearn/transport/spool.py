@@ -60,6 +60,7 @@ class Spool:
         for tmp in self.dir.glob("*.tmp"):  # a write a crash interrupted: never renamed, so never acknowledged
             tmp.unlink()
         self._sizes = {int(p.stem): p.stat().st_size for p in self.dir.glob("*.msg")}
+        self._bytes = sum(self._sizes.values())  # kept as batches come and go: the gate reads it every tick
         counter = self.dir / "next_batch"
         stored = int(counter.read_text()) if counter.exists() else 0
         self._next = max(stored, max(self._sizes, default=-1) + 1)
@@ -77,6 +78,7 @@ class Spool:
     def put(self, seq: int, frames: list[bytes]) -> None:
         data = _pack(frames)
         _write_atomic(self._path(seq), data)
+        self._bytes += len(data) - self._sizes.get(seq, 0)
         self._sizes[seq] = len(data)
 
     def read(self, seq: int) -> list[bytes]:
@@ -89,9 +91,16 @@ class Spool:
 
     def remove(self, seq: int) -> bool:
         """Forget an acknowledged batch; False when it was not (or no longer) spooled."""
-        if self._sizes.pop(seq, None) is None:
+        if not self._forget(seq):
             return False
         self._path(seq).unlink(missing_ok=True)
+        return True
+
+    def _forget(self, seq: int) -> bool:
+        size = self._sizes.pop(seq, None)
+        if size is None:
+            return False
+        self._bytes -= size
         return True
 
     def reject(self, seq: int, reason: str) -> bool:
@@ -105,7 +114,7 @@ class Spool:
     def _move(self, seq: int, folder: str) -> None:
         (self.dir / folder).mkdir(exist_ok=True)
         os.replace(self._path(seq), self.dir / folder / self._path(seq).name)
-        self._sizes.pop(seq, None)
+        self._forget(seq)
 
     def note(self, name: str, value: int) -> None:
         """Keep a small number beside the batches (e.g. the actor's next episode id), renamed into place."""
@@ -122,7 +131,7 @@ class Spool:
 
     @property
     def bytes(self) -> int:
-        return sum(self._sizes.values())
+        return self._bytes
 
     @property
     def full(self) -> bool:
