@@ -27,6 +27,7 @@ commands:
   record     scripted-expert demos as a LeRobotDataset:
                robolearn record task=pick_cube episodes=20 out=demos/pick task.cameras=[front]
   buffer     robolearn buffer info runs/my-reach [--json]
+             robolearn buffer audit runs/my-reach [--json]
              robolearn buffer export runs/my-reach OUT [--only successes|interventions]
   resources  a live run's robots and simulators, their health and lease holders: robolearn resources runs/x
   keys       CurveZMQ keys for sockets off loopback: robolearn keys generate keys/ --clients robot-pc-1

@@ -48,3 +48,9 @@ class RunDir:
 
     def log(self, process: str) -> Path:
         return self.root / "logs" / f"{process}.log"
+
+    def ledger(self, actor: str) -> Path:
+        return self.root / "ledger" / f"{actor}.log"
+
+    def spool(self, actor: str) -> Path:
+        return self.root / "spool" / actor

@@ -59,6 +59,60 @@ def test_episode_cut_by_a_crash_is_kept_and_marked_truncated_once(tmp_path):
     assert third.recovered_episodes == [] and third.info()["episodes_recovered_after_crash"] == 1
 
 
+def test_episode_closed_at_a_recovery_continues_when_its_actor_outlived_the_learner(tmp_path):
+    buf = _buf(tmp_path)
+    buf.add("r", batch(1, 0, 3))
+    buf.flush()
+    del buf  # the learner dies; the actor goes on with episode 1
+    again = _buf(tmp_path)
+    assert again.recovered_episodes == [("r", 1)]
+    again.add("r", batch(1, 3, 2, end="terminated"))  # the actor's next batch: the episode reopens
+    ep = again.episode("r", 1)
+    assert ep.ended and not ep.truncated_by_recovery and ep.n_steps == 5
+    t = again.tables["online"]
+    steps = t.cols["truncated"][t.slot(np.arange(ep.first_gid, ep.last_gid + 1))]
+    assert not steps.any()  # step 2 is no longer the end
+    assert again.partition_sizes()["online"] == 5  # step 2 links to step 3: every step sampleable
+    again.check_consistency()
+    again.close()
+    third = _buf(tmp_path)  # the log replays batch, recovery close, batch: the same episode
+    ep = third.episode("r", 1)
+    assert ep.ended and not ep.truncated_by_recovery and ep.n_steps == 5 and third.partition_sizes()["online"] == 5
+    third.check_consistency()
+
+
+def test_a_batch_that_skips_steps_is_a_gap_and_an_ended_episode_takes_no_more(tmp_path):
+    import pytest
+
+    from robolearn.buffer.replay_buffer import EpisodeGap
+    from robolearn.specs import SpecError
+
+    buf = _buf(tmp_path)
+    buf.add("r", batch(1, 0, 3))
+    with pytest.raises(EpisodeGap):
+        buf.add("r", batch(1, 5, 3))  # steps 3-4 are still on their way
+    with pytest.raises(EpisodeGap):
+        buf.add("r", batch(2, 4, 3))  # a new episode must start at step 0
+    with pytest.raises(SpecError) as err:
+        buf.add("r", batch(1, 1, 3))  # overlaps what is stored: never taken, not even later
+    assert not isinstance(err.value, EpisodeGap) and "stored already" in str(err.value)
+    buf.add("r", batch(1, 3, 2, end="terminated"))
+    with pytest.raises(SpecError) as err:
+        buf.add("r", batch(1, 5, 1))
+    assert not isinstance(err.value, EpisodeGap) and "already ended" in str(err.value)
+
+
+def test_an_episode_its_actor_cut_is_closed_durably(tmp_path):
+    buf = _buf(tmp_path)
+    buf.add("r", batch(1, 0, 3))
+    buf.close_episode("r", 1)
+    ep = buf.episode("r", 1)
+    assert ep.ended and buf.partition_sizes()["online"] == 2  # the last step has no next observation
+    buf.close()
+    again = _buf(tmp_path)
+    assert again.recovered_episodes == [] and again.episode("r", 1).ended
+
+
 def test_corrupt_record_is_reported_skipped_and_other_episodes_load(tmp_path):
     buf = _buf(tmp_path, segment_mb=0.002)  # tiny segments: several files
     for ep in range(6):

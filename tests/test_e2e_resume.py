@@ -1,4 +1,5 @@
-"""SIGKILL the learner mid-run; ``resume=true`` continues from its checkpoint with every stored transition."""
+"""SIGKILL a process mid-run: the runtime restarts it and the run goes on (an actor, the learner from its
+checkpoint); with restarts off the run stops and ``resume=true`` continues it with every stored transition."""
 
 import json
 import os
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.e2e
 
 def test_killed_learner_resumes_from_checkpoint_with_its_buffer(tmp_path):
     run = tmp_path / "runs" / "kill"
-    proc = start_robolearn(["run", *fast_run_overrides("kill", 3.0)], cwd=tmp_path)
+    proc = start_robolearn(["run", *fast_run_overrides("kill", 3.0), "runtime.learner_restarts=0"], cwd=tmp_path)
     try:
         wait_for(lambda: (read_json(run / "status" / "learner.json") or {}).get("updates", 0) >= 50, 150,
                  "50 learner updates")
@@ -34,7 +35,7 @@ def test_killed_learner_resumes_from_checkpoint_with_its_buffer(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 1, out
-    assert "learner exited unexpectedly" in out
+    assert "learner exited unexpectedly" in out and "runtime.learner_restarts=0" in out
 
     before = read_buffer(run)
     assert len(before) >= 30
@@ -91,7 +92,46 @@ def test_a_killed_actor_is_restarted_and_the_run_goes_on(tmp_path):
             proc.kill()
     summary = json.loads((run / "summary.json").read_text())
     assert proc.returncode == 0 and summary["ok"], out
-    assert [r["actor"] for r in summary["restarts"]] == ["actor-0"] and summary["restarts"][0]["exit_code"] == -9
+    assert [r["process"] for r in summary["restarts"]] == ["actor-0"] and summary["restarts"][0]["exit_code"] == -9
     assert summary["rejected_messages"] == 0, summary  # the replacement's episodes do not collide with the old ones
     assert rejoin_s < 15, rejoin_s  # the issue asks 5 s; the measured figure is reported in the closing note
     print(f"replacement actor acting {rejoin_s:.1f} s after the kill")
+
+
+def test_a_killed_learner_is_restarted_from_its_checkpoint_and_nothing_is_lost(tmp_path):
+    from robolearn.runtime.audit import audit_run
+
+    run = tmp_path / "runs" / "relearn"
+    proc = start_robolearn(["run", *fast_run_overrides("relearn", 1.2)], cwd=tmp_path)
+    try:
+        wait_for(lambda: (read_json(run / "status" / "learner.json") or {}).get("updates", 0) >= 200, 150,
+                 "200 learner updates")
+        killed = json.loads((run / "pids.json").read_text())["learner"]
+        os.kill(killed, signal.SIGKILL)
+        actor_version = read_json(run / "status" / "actor-0.json")["version"]
+        t_kill = time.monotonic()
+        import torch
+
+        ckpt_updates = torch.load(run / "checkpoints" / "latest.pt", weights_only=True)["algo"]["num_updates"]
+        steps_before = sum(len(b["action"]) for b in read_buffer(run))  # nobody writes the buffer now
+        wait_for(lambda: (read_json(run / "endpoints.json") or {}).get("learner_pid") not in (None, killed), 60,
+                 "a new learner listening")
+        recovery_s = time.monotonic() - t_kill
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    summary = json.loads((run / "summary.json").read_text())
+    assert proc.returncode == 0 and summary["ok"], out
+    assert [r["process"] for r in summary["restarts"]] == ["learner"] and summary["restarts"][0]["ready_after_s"]
+    status = json.loads((run / "status" / "learner.json").read_text())
+    assert status["resumed_from"]["updates"] == ckpt_updates and status["updates"] > ckpt_updates
+    assert f"loaded {steps_before} transitions" in (run / "logs" / "learner.log").read_text()
+    # the actor outlived the learner: its open episode continues (not rejected), its spool was re-sent
+    assert summary["rejected_messages"] == 0 and summary["batches_unacked"] == 0, summary
+    audit = audit_run(run)  # the actor's own ledger against the buffer's log
+    assert audit["produced_steps"] > steps_before
+    assert audit["lost_steps"] == 0 and audit["duplicate_steps"] == 0 and audit["pending_steps"] == 0, audit
+    # the restored weights went out past every version published before the kill, so the actor took them
+    assert json.loads((run / "status" / "actor-0.json").read_text())["version"] > actor_version
+    print(f"new learner listening {recovery_s:.1f} s after the kill")

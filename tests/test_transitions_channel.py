@@ -145,3 +145,91 @@ def test_a_resent_batch_is_stored_once_even_after_the_learner_restarts(tmp_path,
         receiver.close()
         ctx.term()
         env.close()
+
+
+def _one_step_batches(batches: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """Each step of ``batches`` as a one-step batch, as ``TransitionRecorder`` stages them."""
+    out = []
+    for b in batches:
+        n = len(b["action"])
+        for i in range(n):
+            one = {k: v[i:i + 1] for k, v in b.items() if not k.startswith("final_obs.")}
+            if i == n - 1:
+                one |= {k: v for k, v in b.items() if k.startswith("final_obs.")}
+            out.append(one)
+    return out
+
+
+def test_steps_journaled_before_their_batch_was_complete_survive_a_kill_as_a_cut_batch(tmp_path, learner):
+    env = build_task(validate(_cfg()))
+    batches = _batches(env, episodes=1, steps=6, per_batch=3)
+    steps = _one_step_batches(batches)
+    ctx = zmq.Context()
+    spool = Spool(tmp_path / "spool", 10**8)
+    sender = TransitionSender(ctx, "tcp://127.0.0.1:1", "actor-0", spool)
+    for s in steps[:3]:
+        sender.stage("sim_so101-0", s)
+    sender.send("sim_so101-0", batches[0])  # the batch is complete: its journal goes
+    assert not list((tmp_path / "spool").glob("*.open"))
+    for s in steps[3:5]:
+        sender.stage("sim_so101-0", s)  # two steps of the next batch, then the actor is killed
+    sender.close()
+    journal = next((tmp_path / "spool").glob("*.open"))
+    with open(journal, "ab") as f:
+        f.write(b"\x05\x00\x00")  # the kill tore the write of a third step
+    again = Spool(tmp_path / "spool", 10**8)
+    sender = TransitionSender(ctx, "tcp://127.0.0.1:1", "actor-0", again)
+    assert sender.recover_staged() == 2 and "torn" in again.problems[0]
+    assert again.pending() == [0, 1] and not list((tmp_path / "spool").glob("*.open"))
+    lr = learner()
+    receiver = TransitionReceiver(ctx, "127.0.0.1", RejectCounter())
+    sender.close()
+    sender = TransitionSender(ctx, receiver.endpoint, "actor-0", again, resend_after_s=0.2)
+    try:
+        deadline = time.monotonic() + 10
+        while again.pending() and time.monotonic() < deadline:
+            lr._ingest(receiver, 100)
+            sender.poll(timeout_ms=10)
+        assert again.pending() == [] and lr.cut_episodes == 1
+        ep = lr.buffer.episode("sim_so101-0", 0)
+        assert ep.n_steps == 5 and ep.ended  # closed where the actor stopped, not left open
+        stored = read_buffer(tmp_path / "run")
+        assert [int(s) for b in stored for s in b["step"]] == [0, 1, 2, 3, 4]
+    finally:
+        sender.close()
+        receiver.close()
+        ctx.term()
+        env.close()
+
+
+def test_a_batch_ahead_of_a_missing_one_is_answered_later_and_the_missing_ones_go_first(tmp_path, learner):
+    env = build_task(validate(_cfg()))
+    batches = _batches(env, episodes=1, steps=9, per_batch=3)
+    ctx = zmq.Context()
+    port = _free_port()
+    spool = Spool(tmp_path / "spool", 10**8)
+    # a long resend timer: only the learner's "later" can bring the first two back quickly
+    sender = TransitionSender(ctx, f"tcp://127.0.0.1:{port}", "actor-0", spool, resend_after_s=60.0)
+    for b in batches[:2]:
+        sender.send("sim_so101-0", b)  # sent while the learner is down: lost on the wire, kept in the spool
+    lr = learner()
+    receiver = TransitionReceiver(ctx, "127.0.0.1", RejectCounter(), port=port)
+    try:
+        deadline = time.monotonic() + 5
+        while not sender.sock.poll(0, zmq.POLLOUT) and time.monotonic() < deadline:
+            time.sleep(0.02)  # connected again
+        sender.send("sim_so101-0", batches[2])  # steps 6-8 arrive before 0-5
+        t0 = time.monotonic()
+        while spool.pending() and time.monotonic() - t0 < 10:
+            lr._ingest(receiver, 100)
+            sender.poll(timeout_ms=10)
+        assert spool.pending() == [] and time.monotonic() - t0 < 10
+        assert lr.out_of_order >= 1 and sender.later >= 1 and sender.rejected == 0 and lr.rejects.total == 0
+        stored = read_buffer(tmp_path / "run")
+        assert [int(s) for b in stored for s in b["step"]] == list(range(9))
+        assert lr.buffer.episode("sim_so101-0", 0).ended
+    finally:
+        sender.close()
+        receiver.close()
+        ctx.term()
+        env.close()

@@ -30,6 +30,7 @@ import zmq
 
 from robolearn.actor.chunking import ChunkExecutor
 from robolearn.actor.episode import EpisodeLoop, StepRecord
+from robolearn.actor.step_ledger import StepLedger
 from robolearn.actor.transition_recorder import TransitionRecorder
 from robolearn.builders import build_policy, build_task
 from robolearn.clock import Clock, DelaySampler, RealClock, SimClock
@@ -136,9 +137,13 @@ class Actor:
         if endpoints is None:
             return
         ctx = zmq.Context()
-        spool = Spool(self.run.root / "spool" / self.name, int(self.settings.max_spool_mb * 1e6))
+        spool = Spool(self.run.spool(self.name), int(self.settings.max_spool_mb * 1e6))
         self.sender = TransitionSender(ctx, endpoints["transitions"], self.name, spool, self.keys,
                                        self.settings.resend_after_s)
+        recovered = self.sender.recover_staged()
+        if recovered:
+            print(f"[{self.name}] recovered {recovered} steps an earlier process took but had not sent as a batch "
+                  "(its episode ends there, truncated)", flush=True)
         if spool.pending():
             print(f"[{self.name}] re-sending {len(spool.pending())} batches an earlier run left unacknowledged",
                   flush=True)
@@ -161,8 +166,10 @@ class Actor:
                                       on_chunk=lambda start, chunk: self.recording.log_chunk(self.robot_id, start,
                                                                                              chunk))
         recorder = TransitionRecorder(self.env.observation_spec,
-                                      lambda arrays: self.sender.send(self.robot_id, arrays), self.settings.send_every)
-        loop = EpisodeLoop(self.env, self.executor, self.clock, self._human(), subscribers=[recorder, self],
+                                      lambda arrays: self.sender.send(self.robot_id, arrays), self.settings.send_every,
+                                      stage=lambda step: self.sender.stage(self.robot_id, step))
+        ledger = StepLedger(self.run.ledger(self.name), self.robot_id)
+        loop = EpisodeLoop(self.env, self.executor, self.clock, self._human(), subscribers=[ledger, recorder, self],
                            gate=self._gate, policy_version=lambda: self.weights.version)
         episode_id = self._first_episode_id(int(endpoints["next_episode_id"]) + self.index, spool)
         while not self.stop and not self._share_taken():
@@ -181,6 +188,7 @@ class Actor:
             print(f"[{self.name}] {len(spool.pending())} batches still unacknowledged after "
                   f"{self.settings.drain_timeout_s:.0f} s; kept in {spool.dir} for the next start", flush=True)
         self._write_status(final=True)
+        ledger.close()
         client.close()
         self.recording.close()
         self.weights.close()
@@ -302,6 +310,7 @@ class Actor:
             "throttled_s": self.throttled_s, "waited_for_learner_s": self.waited_for_learner_s,
             "batches_sent": self.sender.sent, "batches_acked": self.sender.acked,
             "batches_rejected": self.sender.rejected, "batches_unacked": len(self.sender.spool.pending()),
+            "batches_duplicate": self.sender.duplicates, "batches_later": self.sender.later,
             "spool_full_s": self.spool_full_s, "spool_problems": self.sender.spool.problems[-5:],
             "version": self.weights.version,
             "versions_received": len(self.weights.versions_received),

@@ -44,11 +44,11 @@ from robolearn.buffer.images import image_shapes
 from robolearn.buffer.log import SegmentLog
 from robolearn.buffer.samplers import Sampler
 from robolearn.buffer.storage import Storage
-from robolearn.buffer.tables import PARTITIONS, Episode, StepIndex, StepTable
+from robolearn.buffer.tables import PARTITIONS, Episode, EpisodeGap, StepIndex, StepTable
 from robolearn.specs import ActionSpec, ObservationSpec, SpecError
 from robolearn.transition import OBS_PREFIX, SCALAR_FIELDS, validate_batch
 
-__all__ = ["PARTITIONS", "Episode", "ReplayBuffer"]  # PARTITIONS decodes a batch's ``partition`` codes
+__all__ = ["PARTITIONS", "Episode", "EpisodeGap", "ReplayBuffer"]  # PARTITIONS decodes a batch's ``partition`` codes
 
 
 class ReplayBuffer:
@@ -102,6 +102,13 @@ class ReplayBuffer:
         with self.lock:
             self._storage.append(robot_id, record, partition, batch_key)
         return n
+
+    def close_episode(self, robot_id: str, episode_id: int, partition: str = "online") -> None:
+        """End an episode its actor cut (it crashed mid-episode; a restart sent what it had journaled):
+        kept up to its last step, marked truncated, durably. No-op for an episode that is not open."""
+        with self.lock:
+            if (robot_id, episode_id, partition) in self._index.open_episodes:
+                self._storage.close_episode((robot_id, episode_id, partition))
 
     def has_batch(self, actor: str, batch: int) -> bool:
         """Whether this actor's batch number ``batch`` is stored (a re-sent copy is then a duplicate)."""

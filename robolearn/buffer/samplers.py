@@ -150,7 +150,7 @@ class Sampler:
         cache may hold a few steps the ring has since overwritten; ``_draw_alive`` skips them."""
         online = self.index.tables["online"]
         evicted_eighths = max(online.n - online.capacity, 0) // max(online.capacity // 8, 1)
-        stamp = (success_only, min_return, min_steps, self.index.episodes_ended, evicted_eighths)
+        stamp = (success_only, min_return, min_steps, self.index.episode_changes, evicted_eighths)
         if not refresh and self._filter_cache is not None and self._filter_cache[0] == stamp:
             return self._filter_cache[1]
         by_part: dict[str, list[np.ndarray]] = {p: [] for p in PARTITIONS}

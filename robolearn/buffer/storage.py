@@ -142,12 +142,15 @@ class Storage:
             return []
         recovered = []
         for key in list(self.index.open_episodes):  # cut by a crash: keep what was acknowledged
-            robot_id, episode_id, partition = key
-            self.log.append(encode("episode_truncated", robot_id, 0,
-                                   {"episode_id": episode_id, "partition": partition}))
-            self.index.close_open_episode(key)
-            recovered.append((robot_id, episode_id))
+            self.close_episode(key)
+            recovered.append(key[:2])
         return recovered
+
+    def close_episode(self, key: tuple[str, int, str]) -> None:
+        """End an open episode durably (an ``episode_truncated`` record): its last step is marked truncated."""
+        robot_id, episode_id, partition = key
+        self.log.append(encode("episode_truncated", robot_id, 0, {"episode_id": episode_id, "partition": partition}))
+        self.index.close_open_episode(key)
 
     def _index(self, robot_id: str, batch: dict[str, np.ndarray], partition: str, ref: RecordRef) -> None:
         self.index.insert(robot_id, batch, partition,

@@ -23,6 +23,11 @@ from robolearn.buffer.images import Z_PREFIX, is_image
 from robolearn.specs import ObservationSpec, SpecError
 from robolearn.transition import FINAL_OBS_PREFIX, OBS_PREFIX, SCALAR_FIELDS
 
+
+class EpisodeGap(SpecError):
+    """A batch does not follow the last stored step of its episode. From a live actor this means an earlier
+    batch has not arrived yet (re-sends after a reconnect): the batch is taken again later, not rejected."""
+
 PARTITIONS = ("online", "intervention", "demo")
 
 EpisodeKey = tuple[str, int, str]  # (robot id, episode id, partition it was added to)
@@ -159,7 +164,7 @@ class StepIndex:
                           for k in self.vec_keys}
         self.final_img: dict[str, list[bytes | None]] = {k: [None] * 1024 for k in self.img_keys}
         self.max_version = 0
-        self.episodes_ended = 0  # how many episodes have ended so far: episode filters cache on it
+        self.episode_changes = 0  # bumped when an episode ends or reopens: episode filters cache on it
 
     # ============================================================================================
     # lookups
@@ -207,17 +212,19 @@ class StepIndex:
         idx = self._episode_index.get(key)
         if idx is None:
             if first_step != 0:
-                raise SpecError(f"episode {key[1]} of {key[0]} starts at step {first_step}, not 0; "
-                                "steps are not consecutive")
+                raise EpisodeGap(f"episode {key[1]} of {key[0]} starts at step {first_step}, not 0; "
+                                 "steps are not consecutive")
             return
         ep = self.episodes[idx]
-        if ep.ended:
+        if ep.ended and not ep.truncated_by_recovery:  # closed at a recovery: its actor may still continue it
             raise SpecError(f"episode {key[1]} of {key[0]} has already ended")
         table = self.tables[ep.table]
         last_step = int(table.cols["step"][table.slot(ep.last_gid)])
-        if first_step != last_step + 1:
-            raise SpecError(f"episode {key[1]} of {key[0]}: step {first_step} follows step {last_step}; "
-                            "steps are not consecutive")
+        if first_step > last_step + 1:
+            raise EpisodeGap(f"episode {key[1]} of {key[0]}: step {first_step} follows step {last_step}; "
+                             "steps are not consecutive")
+        if first_step <= last_step:  # steps stored already (a re-sent batch the de-duplication missed)
+            raise SpecError(f"episode {key[1]} of {key[0]}: step {first_step} is stored already (up to {last_step})")
 
     def insert(self, robot_id: str, batch: dict[str, np.ndarray], partition: str, place_images: PlaceImages) -> None:
         """Index one stored batch of consecutive steps. ``batch`` holds its image fields compressed; the steps'
@@ -232,6 +239,8 @@ class StepIndex:
         if ep_idx is None:
             ep_idx = self._new_episode(key, table_name, table.n)
         ep = self.episodes[ep_idx]
+        if ep.truncated_by_recovery:
+            self._reopen(key, ep_idx)
         cols = table.cols
         gids = np.arange(table.n, table.n + n)
         slots = table.slot(gids)
@@ -287,6 +296,18 @@ class StepIndex:
         self.episodes[idx].truncated_by_recovery = True
         self._mark_ended(idx)
 
+    def _reopen(self, key: EpisodeKey, idx: int) -> None:
+        """The actor of an episode closed at a learner's recovery goes on with it (it outlived the learner):
+        its last step is no longer the end, and links to the steps that follow."""
+        ep = self.episodes[idx]
+        table = self.tables[ep.table]
+        if table.holds(ep.last_gid):
+            table.cols["truncated"][table.slot(ep.last_gid)] = False
+        ep.ended = ep.truncated_by_recovery = False
+        self.ep_ended[idx] = False
+        self.episode_changes += 1
+        self.open_episodes[key] = ep.last_gid
+
     def _new_episode(self, key: EpisodeKey, table_name: str, first_gid: int) -> int:
         idx = len(self.episodes)
         self._episode_index[key] = idx
@@ -306,7 +327,7 @@ class StepIndex:
         # the three records of "ended" move together: the episode, the sampling lookup, the filter-cache stamp
         self.episodes[idx].ended = True
         self.ep_ended[idx] = True
-        self.episodes_ended += 1
+        self.episode_changes += 1
 
     def _make_sampleable(self, table: StepTable, gids: np.ndarray) -> None:
         """Mark steps whose next observation is now known, and file them under their partition."""

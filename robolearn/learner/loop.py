@@ -28,13 +28,13 @@ import torch
 import zmq
 
 from robolearn.buffer.prefetch import Prefetcher
-from robolearn.buffer.replay_buffer import ReplayBuffer
+from robolearn.buffer.replay_buffer import EpisodeGap, ReplayBuffer
 from robolearn.buffer.samplers import NotEnoughData
 from robolearn.builders import build_policy, task_specs
 from robolearn.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from robolearn.learner.algorithm import Algorithm
 from robolearn.logging.recording import Recording
-from robolearn.logging.status import MetricsLog, write_json_atomic
+from robolearn.logging.status import MetricsLog, read_json, write_json_atomic
 from robolearn.registry import lookup
 from robolearn.rundir import RunDir
 from robolearn.specs import SpecError
@@ -72,6 +72,8 @@ class Learner:
         self.algo: Algorithm = lookup("algo", cfg.algo.name).factory(self.policy, cfg.algo, cfg.seed)
         self.rejects = RejectCounter()
         self.duplicates = 0  # batches an actor re-sent that the buffer already held (acknowledged, dropped)
+        self.out_of_order = 0  # batches that came before an earlier one of their episode (answered "later")
+        self.cut_episodes = 0  # episodes whose actor crashed mid-way (closed at its recovered last step)
         self.version = 0
         self.episodes = 0
         self.successes = 0
@@ -109,7 +111,7 @@ class Learner:
                   "stored step and marked truncated", flush=True)
         for ep in self.buffer.episodes.values():
             self.max_episode_id = max(self.max_episode_id, ep.episode_id)
-            if ep.ended:
+            if ep.ended and not ep.truncated_by_recovery:  # one a crash cut has no outcome
                 self._count_episode(ep.success)
         steps = self._steps_at_episode_end = self.env_steps
         if steps:
@@ -148,8 +150,11 @@ class Learner:
         ctx = zmq.Context()
         keys = load_keys(cfg.runtime.keys_dir)
         auth = Authenticator(ctx, keys) if keys else None  # only authorized clients complete a CURVE handshake
-        receiver = TransitionReceiver(ctx, cfg.runtime.host, self.rejects, keys)
-        self.publisher = pub = WeightPublisher(ctx, cfg.runtime.host, self.schedule.weights_full_every, keys)
+        earlier = read_json(self.run.endpoints) or {}  # a restart in the same run: the actors are connected there
+        receiver = TransitionReceiver(ctx, cfg.runtime.host, self.rejects, keys, port=_port(earlier, "transitions"))
+        self.publisher = pub = WeightPublisher(ctx, cfg.runtime.host, self.schedule.weights_full_every, keys,
+                                               port=_port(earlier, "weights"),
+                                               version_file=self.run.root / "published_version")
         endpoints = {
             "transitions": receiver.endpoint,
             "weights": pub.endpoint,
@@ -160,8 +165,10 @@ class Learner:
         self.metrics_log = MetricsLog(self.run.metrics)
         poller = zmq.Poller()
         poller.register(receiver.sock, zmq.POLLIN)
-        if self.version == 0:
-            self.version = 1  # the initial weights are version 1; actors wait for a version
+        # the initial weights are version 1; after a crash the actors may hold versions published after the
+        # checkpoint, so the restored weights go out as a version past every one published before
+        published = pub.published_before
+        self.version = max(self.version, 1) if published <= self.version else published + 1
         self._publish(pub)
         write_json_atomic(self.run.endpoints, endpoints)
         print(f"[learner] listening: transitions {endpoints['transitions']}, weights {endpoints['weights']}",
@@ -247,6 +254,13 @@ class Learner:
                 continue
             try:
                 self.buffer.add(msg.sender, msg.arrays, batch_key=(batch.actor, batch.seq) if batch else None)
+            except EpisodeGap as exc:  # an earlier batch of this episode is still on its way (re-sends)
+                self.out_of_order += 1
+                if batch is None:
+                    self._reject(exc)
+                else:
+                    receiver.ack(peer, batch, "later", str(exc))
+                continue
             except SpecError as exc:
                 self._reject(exc)
                 if batch is not None:
@@ -255,6 +269,9 @@ class Learner:
             if batch is not None:
                 receiver.ack(peer, batch, "stored")
             arrays = msg.arrays
+            if batch is not None and batch.cut:  # its actor crashed after these steps: the episode ends here
+                self.buffer.close_episode(msg.sender, int(arrays["episode_id"][-1]))
+                self.cut_episodes += 1
             self.max_episode_id = max(self.max_episode_id, int(arrays["episode_id"][-1]))
             self.latest_transition_version = int(arrays["policy_version"][-1])
             # staleness: versions the learner is ahead of the weights that produced each step
@@ -310,7 +327,8 @@ class Learner:
             "success_rate_50": (sum(self.recent) / len(self.recent)) if self.recent else 0.0,
             "updates": self.algo.num_updates, "updates_per_s": self.updates_per_s, "version": self.version,
             "version_lag": self.version - self.latest_transition_version, "rejected_messages": self.rejects.total,
-            "duplicate_batches": self.duplicates,
+            "duplicate_batches": self.duplicates, "out_of_order_batches": self.out_of_order,
+            "cut_episodes": self.cut_episodes,
             **lag_stats(self.policy_lag),
         }
 
@@ -331,6 +349,12 @@ class Learner:
                 replay_rng = self.buffer.rng.bit_generator.state
         save_checkpoint(self.run.checkpoint, Checkpoint(self.algo.state_dict(), self.version, self.env_steps,
                                                         replay_rng, torch.get_rng_state()))
+
+
+def _port(endpoints: dict, channel: str) -> int:
+    """The port a channel had in an earlier learner of this run (0: any free one)."""
+    endpoint = endpoints.get(channel)
+    return int(endpoint.rsplit(":", 1)[1]) if isinstance(endpoint, str) and ":" in endpoint else 0
 
 
 def main(run: RunDir, cfg: RunConfig) -> int:

@@ -1,4 +1,4 @@
-"""``robolearn buffer info RUN_DIR`` and ``robolearn buffer export RUN_DIR OUT``."""
+"""``robolearn buffer info RUN_DIR``, ``robolearn buffer audit RUN_DIR`` and ``robolearn buffer export RUN_DIR OUT``."""
 
 from __future__ import annotations
 
@@ -61,6 +61,28 @@ def export(args: argparse.Namespace) -> int:
     return 0
 
 
+def audit(args: argparse.Namespace) -> int:
+    from robolearn.runtime.audit import audit_run
+
+    report = audit_run(Path(args.run_dir))
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        t = Table(title=f"audit of {args.run_dir}: the actors' ledgers against the buffer", show_header=False,
+                  title_justify="left")
+        t.add_row("steps taken (ledgers)", f"{report['produced_steps']} "
+                  f"({', '.join(f'{k} {v}' for k, v in report['produced_by_actor'].items())})")
+        for key, label in (("stored_steps", "stored in the buffer"), ("lost_steps", "lost"),
+                           ("duplicate_steps", "stored twice"), ("pending_steps", "still spooled (sent on restart)"),
+                           ("steps_taken_twice", "taken twice (a reused episode id)"),
+                           ("unledgered_steps", "stored, in no ledger")):
+            t.add_row(label, str(report[key]))
+        for p in report["problems"]:
+            t.add_row("[red]problem[/red]", p)
+        Console().print(t)
+    return 1 if report["lost_steps"] or report["duplicate_steps"] else 0
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="robolearn buffer", description="inspect or export a run's replay buffer")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -68,6 +90,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("run_dir")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(func=info)
+    p = sub.add_parser("audit", help="every step the actors' ledgers say was taken against the buffer: lost, "
+                                     "duplicated, still spooled (exit 1 when any is lost or duplicated)")
+    p.add_argument("run_dir")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.set_defaults(func=audit)
     p = sub.add_parser("export", help="write the buffer (or a filter of it) as a LeRobotDataset v3 folder")
     p.add_argument("run_dir")
     p.add_argument("out", help="folder to create")

@@ -1,8 +1,9 @@
 """The embedded local runtime: a learner process and actor processes on this machine.
 
     start learner -> wait for its endpoints.json -> start actors -> watch:
-        live console line from the processes' status files; stop when the budget is spent,
-        on Ctrl-C, or when a process dies -> stop actors (they flush), then the learner
+        live console line from the processes' status files; restart a process that dies (``Supervisor``);
+        stop when the budget is spent, on Ctrl-C, or when a process is out of restarts -> stop actors
+        (they flush), then the learner
         (it drains, persists, checkpoints) -> print and write the summary.
 """
 
@@ -44,14 +45,18 @@ class LocalRuntimeConfig:
     startup_timeout_s: float = 120.0
     shutdown_timeout_s: float = 30.0
     live_console: bool = True     # rich live line on a terminal; plain lines every 10 s otherwise
-    actor_restarts: int = 3       # a dead actor is restarted (its lease freed at once) at most this many times
-    restart_backoff_s: float = 1.0  # the first restart of an actor is at once, the k-th after backoff * (2^(k-1) - 1)
+    actor_restarts: int = 5       # a dead actor is restarted (its lease freed at once), at most this often ...
+    learner_restarts: int = 5     # ... and a dead learner (from its last checkpoint) ...
+    restart_window_s: float = 600.0  # ... within this many seconds; one more ends the run
+    restart_backoff_s: float = 1.0  # at once, unless it died within 10 s of its start k times in a row: then
+                                    # after backoff * (2^k - 1) (a crash loop does not spin)
 
     def __post_init__(self) -> None:
         if self.num_actors < 1:
             raise ValueError(f"runtime.num_actors must be >= 1, got {self.num_actors}")
-        if self.actor_restarts < 0 or self.restart_backoff_s < 0:
-            raise ValueError("runtime.actor_restarts and runtime.restart_backoff_s must be >= 0")
+        if min(self.actor_restarts, self.learner_restarts, self.restart_window_s, self.restart_backoff_s) < 0:
+            raise ValueError("runtime.actor_restarts, learner_restarts, restart_window_s and restart_backoff_s "
+                             "must be >= 0")
         if not is_loopback(self.host) and self.keys_dir is None:
             raise ValueError(f"runtime.host={self.host!r} is not a loopback address: a non-loopback bind needs "
                              "CurveZMQ keys (robolearn keys generate DIR, then runtime.keys_dir=DIR/server)")
@@ -138,6 +143,8 @@ def run_local(cfg: RunConfig, run: RunDir) -> dict:
         run.resources.unlink(missing_ok=True)
     summary = _summary(run, procs, time.monotonic() - t0, stop_reason, failure, codes)
     summary["restarts"] = supervisor.restarts
+    for key, count in supervisor.learner_counted.items():
+        summary[key] += count
     write_json_atomic(run.summary, summary)
     _print_summary(console, summary)
     if failure:
@@ -162,46 +169,94 @@ def _install_stop_signals() -> list[str]:
     return received
 
 
+# counts a learner keeps from its start; the summary adds those of the learners before a restart
+LEARNER_COUNTERS = ("rejected_messages", "duplicate_batches", "out_of_order_batches", "cut_episodes")
+
+
 class Supervisor:
-    """Restarts a dead actor: its lease is freed at once (not after the ttl), then a new actor process with the
-    same index starts after a back-off, re-leases a robot and re-sends what its spool holds. Each actor gets
-    ``runtime.actor_restarts`` restarts; a learner that dies still ends the run (its restart is not built yet)."""
+    """Restarts a dead process, each with bounded retries and back-off, and logs each restart.
+
+    An actor: its lease is freed at once (not after the ttl), then a new actor process with the same index
+    re-leases a robot, turns what its predecessor journaled into a batch and re-sends its spool. The learner:
+    a new one starts from the last checkpoint and the whole buffer log, on the same ports (the actors'
+    sockets reconnect by themselves); meanwhile a simulated robot holds still (it waits for the learner's
+    status) and a real one goes on with the weights it has, spooling everything. A restart is ready when the
+    new process is acting (its first step) or, for the learner, listening again; ``restarts`` says when."""
+
+    QUICK_DEATH_S = 10.0  # dying this soon after a start counts towards the back-off (a crash loop)
 
     def __init__(self, run: RunDir, procs: dict, leases: LeaseManager, runtime: LocalRuntimeConfig) -> None:
         self.run, self.procs, self.leases, self.runtime = run, procs, leases, runtime
         self.restarts: list[dict] = []  # one entry per restart, for the summary
-        self._due: dict[str, float] = {}  # actor -> when its restart starts
+        self.learner_counted: dict[str, int] = {}  # LEARNER_COUNTERS of the learners that died
+        self._due: dict[str, float] = {}  # process -> when its restart starts
+        self._waiting: dict[str, tuple[dict, float]] = {}  # restarted process -> (its entry, when it died)
+        self._started = {name: time.monotonic() for name in procs}
+        self._quick_deaths: dict[str, int] = {}  # process -> deaths in a row within QUICK_DEATH_S of a start
+        self._deaths: dict[str, list[float]] = {}  # process -> when it died, within the restart window
+
+    def _allowed(self, name: str) -> int:
+        return self.runtime.learner_restarts if name == "learner" else self.runtime.actor_restarts
 
     def check(self, elapsed_s: float) -> str:
         """Handle dead processes; returns a failure message when the run cannot go on."""
         now = time.monotonic()
+        runtime = self.runtime
         for name, proc in list(self.procs.items()):
             if proc.alive() or name in self._due:
                 continue
             code = proc.popen.returncode
-            done = sum(r["actor"] == name for r in self.restarts)
-            if name == "learner" or done >= self.runtime.actor_restarts:
-                return f"{name} exited unexpectedly (code {code})" + ("" if name == "learner" else
-                                                                      f" after {done} restarts")
-            freed = self.leases.release_holder(name)
-            delay = self.runtime.restart_backoff_s * (2 ** done - 1)  # the first at once, then 1, 3, 7 x backoff
-            print(f"[runtime] {name} exited (code {code}); freed {', '.join(freed) or 'no lease'}, restarting "
-                  f"in {delay:.1f} s ({done + 1}/{self.runtime.actor_restarts})", file=sys.stderr, flush=True)
+            self._started.setdefault(name, now)  # a process started before the supervisor watched it
+            recent = [t for t in self._deaths.get(name, []) if now - t < runtime.restart_window_s] + [now]
+            self._deaths[name] = recent
+            if len(recent) > self._allowed(name):
+                return (f"{name} exited unexpectedly (code {code}), its restart {len(recent)} within "
+                        f"{runtime.restart_window_s:.0f} s (runtime.{name.split('-')[0]}_restarts="
+                        f"{self._allowed(name)})")
+            died_quickly = now - self._started[name] < self.QUICK_DEATH_S
+            streak = self._quick_deaths[name] = self._quick_deaths.get(name, 0) + 1 if died_quickly else 0
+            delay = runtime.restart_backoff_s * (2 ** max(streak - 1, 0) - 1)  # at once; a crash loop: 1, 3, 7 x
+            if name == "learner":  # its counters start again at 0: the summary adds those of its last status
+                last = read_json(self.run.status("learner")) or {}
+                for key in LEARNER_COUNTERS:
+                    self.learner_counted[key] = self.learner_counted.get(key, 0) + last.get(key, 0)
+            freed = [] if name == "learner" else self.leases.release_holder(name)
+            what = "from its last checkpoint" if name == "learner" else f"freed {', '.join(freed) or 'no lease'}"
+            print(f"[runtime] {name} exited (code {code}); restarting {what} in {delay:.1f} s "
+                  f"({len(recent)}/{self._allowed(name)} within {runtime.restart_window_s:.0f} s)",
+                  file=sys.stderr, flush=True)
             proc.log.close()
             self._due[name] = now + delay
-            self.restarts.append({"actor": name, "exit_code": code, "at_s": round(elapsed_s, 2)})
+            entry = {"process": name, "exit_code": code, "at_s": round(elapsed_s, 2), "ready_after_s": None}
+            self.restarts.append(entry)
+            self._waiting[name] = (entry, now)
         for name, at in list(self._due.items()):
             if now >= at:
                 del self._due[name]
-                self.procs[name] = _Proc(name, self.run, ["actor", str(self.run.root), name.removeprefix("actor-")])
+                args = ["learner", str(self.run.root)] if name == "learner" else \
+                    ["actor", str(self.run.root), name.removeprefix("actor-")]
+                self.procs[name] = _Proc(name, self.run, args)
+                self._started[name] = time.monotonic()
                 write_json_atomic(self.run.root / "pids.json", {k: p.popen.pid for k, p in self.procs.items()})
+        for name, (entry, died) in list(self._waiting.items()):
+            if name not in self._due and self._ready(name):
+                entry["ready_after_s"] = round(now - died, 2)
+                del self._waiting[name]
+                print(f"[runtime] {name} is back {entry['ready_after_s']:.1f} s after it exited", flush=True)
         return ""
+
+    def _ready(self, name: str) -> bool:
+        pid = self.procs[name].popen.pid
+        if name == "learner":
+            return (read_json(self.run.endpoints) or {}).get("learner_pid") == pid
+        status = read_json(self.run.status(name)) or {}
+        return status.get("pid") == pid and status.get("env_steps", 0) > 0
 
 
 def _watch(cfg: RunConfig, run: RunDir, procs: dict, console: Console, interrupted: list[str],
            supervisor: Supervisor) -> tuple[str, str]:
-    """Show progress until the budget is spent, a stop signal arrives or the run cannot go on (the learner
-    died, or an actor ran out of restarts). Returns (why it stopped, failure message or "")."""
+    """Show progress until the budget is spent, a stop signal arrives or the run cannot go on (a process ran
+    out of restarts). Returns (why it stopped, failure message or "")."""
     t_run = time.monotonic()
     live = cfg.runtime.live_console and console.is_terminal
     with Live(Text("starting..."), console=console, refresh_per_second=4) if live else _NoLive() as display:
@@ -282,11 +337,13 @@ def _summary(run: RunDir, procs: dict, wall_s: float, stop_reason: str, failure:
         "p99_period_error_ms": max((a.get("p99_period_error_ms", 0.0) for a in status["actors"]), default=0.0),
         "chunk_utilisation": min((a.get("chunk_utilisation", 0.0) for a in status["actors"]), default=0.0),
         "duplicate_batches": learner.get("duplicate_batches", 0),
+        "out_of_order_batches": learner.get("out_of_order_batches", 0), "cut_episodes": learner.get("cut_episodes", 0),
         "batches_unacked": sum(a.get("batches_unacked", 0) for a in status["actors"]),
         "actors": [{k: a.get(k) for k in ("robot_id", "env_steps", "episodes", "versions_received", "stalled_ticks",
                                           "p50_period_error_ms", "p99_period_error_ms", "chunk_utilisation",
                                           "delay_histogram", "rejected_messages", "batches_sent", "batches_acked",
-                                          "batches_rejected", "batches_unacked", "spool_full_s")}
+                                          "batches_rejected", "batches_unacked", "batches_duplicate",
+                                          "spool_full_s")}
                    for a in status["actors"]],
     }
 

@@ -6,7 +6,9 @@ Endpoints bind to loopback unless configured otherwise, and a non-loopback bind 
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+import time
 
 import zmq
 
@@ -53,8 +55,16 @@ def bind_random_port(sock: zmq.Socket, host: str = "127.0.0.1", keys: CurveKeys 
     elif not is_loopback(host):
         raise PermissionError(f"refusing to bind on non-loopback host {host!r} without CurveZMQ keys "
                               "(runtime.keys_dir)")
-    if port:
-        sock.bind(f"tcp://{host}:{port}")
+    if port:  # the port an earlier process of the run had: its peers reconnect there on their own
+        deadline = time.monotonic() + 10.0
+        while True:
+            try:
+                sock.bind(f"tcp://{host}:{port}")
+                break
+            except zmq.ZMQError as exc:
+                if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)  # the dead process's socket is still being torn down
     else:
         port = sock.bind_to_random_port(f"tcp://{host}")
     return f"tcp://{host}:{port}"

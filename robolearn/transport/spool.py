@@ -6,6 +6,11 @@ renamed, so a crash leaves a whole file or none; a file that fails its checksum 
 reported, never re-sent. The next batch number lives in ``next_batch`` (also renamed into place), so
 numbers keep counting up across restarts of the actor and the learner can drop a re-sent batch it has.
 A batch the learner rejected (invalid) is moved to ``rejected/`` with the reason beside it.
+
+Steps of the batch being filled are journaled as they happen (``stage``): ``<batch:012d>.open`` gets one
+record per step (the same framing), appended with one write each, so a killed actor loses no step it took.
+``put`` of that batch number removes its journal; a journal left without its batch is what a crash cut,
+read back with ``staged`` (a torn last record is dropped: that step's write never finished).
 """
 
 from __future__ import annotations
@@ -44,6 +49,17 @@ def _unpack(data: bytes) -> list[bytes] | None:
     return frames
 
 
+def _packed_size(data: bytes, off: int) -> int:
+    """The size of the packed record at ``off`` by its header (0 when the header itself is torn)."""
+    if len(data) - off < _COUNT.size:
+        return 0
+    (n,) = _COUNT.unpack_from(data, off)
+    head = _COUNT.size + n * _LEN.size + _CRC.size
+    if n > 4096 or len(data) - off < head:
+        return 0
+    return head + sum(_LEN.unpack_from(data, off + _COUNT.size + i * _LEN.size)[0] for i in range(n))
+
+
 def _write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
@@ -60,6 +76,10 @@ class Spool:
         for tmp in self.dir.glob("*.tmp"):  # a write a crash interrupted: never renamed, so never acknowledged
             tmp.unlink()
         self._sizes = {int(p.stem): p.stat().st_size for p in self.dir.glob("*.msg")}
+        for journal in self.dir.glob("*.open"):
+            if int(journal.stem) in self._sizes:  # the crash came after the batch was put, before this went
+                journal.unlink()
+        self._journal: tuple[int, object] | None = None  # (batch number, open file) of the batch being filled
         self._bytes = sum(self._sizes.values())  # kept as batches come and go: the gate reads it every tick
         counter = self.dir / "next_batch"
         stored = int(counter.read_text()) if counter.exists() else 0
@@ -80,6 +100,25 @@ class Spool:
         _write_atomic(self._path(seq), data)
         self._bytes += len(data) - self._sizes.get(seq, 0)
         self._sizes[seq] = len(data)
+        if self._journal is not None and self._journal[0] == seq:
+            self._journal[1].close()
+            self._journal = None
+        self._path(seq).with_suffix(".open").unlink(missing_ok=True)
+
+    def stage(self, seq: int, frames: list[bytes]) -> None:
+        """Journal one step of batch ``seq`` (not put yet), durable against a crash of this process."""
+        if self._journal is None or self._journal[0] != seq:
+            if self._journal is not None:
+                self._journal[1].close()
+            self._journal = (seq, open(self._path(seq).with_suffix(".open"), "ab", buffering=0))
+        self._journal[1].write(_pack(frames))  # one write: the record is whole or torn, never interleaved
+
+    def drop_staged(self, seq: int) -> None:
+        self._path(seq).with_suffix(".open").unlink(missing_ok=True)
+
+    def staged(self) -> dict[int, list[list[bytes]]]:
+        """Journals a crash left without their batch: batch number -> the frames of each whole step record."""
+        return {int(journal.stem): _read_journal(journal, self.problems) for journal in sorted(self.dir.glob("*.open"))}
 
     def read(self, seq: int) -> list[bytes]:
         frames = _unpack(self._path(seq).read_bytes())
@@ -136,3 +175,28 @@ class Spool:
     @property
     def full(self) -> bool:
         return self.bytes > self.max_bytes
+
+
+def _read_journal(journal: Path, problems: list[str]) -> list[list[bytes]]:
+    data, records, off = journal.read_bytes(), [], 0
+    while off < len(data):
+        size = _packed_size(data, off)
+        frames = _unpack(data[off:off + size]) if size else None
+        if frames is None:
+            problems.append(f"{journal.name}: a torn step record at byte {off} dropped")
+            break
+        records.append(frames)
+        off += size
+    return records
+
+
+def spooled_messages(directory: str | Path) -> list[list[bytes]]:
+    """Read-only: every whole message a spool holds, spooled batches and the steps of journals without
+    their batch (what an audit counts as not in the buffer yet). Changes nothing on disk."""
+    directory = Path(directory)
+    batches = {p.stem for p in directory.glob("*.msg")}
+    out = [frames for p in sorted(directory.glob("*.msg")) if (frames := _unpack(p.read_bytes())) is not None]
+    for journal in sorted(directory.glob("*.open")):
+        if journal.stem not in batches:
+            out.extend(_read_journal(journal, []))
+    return out

@@ -3,7 +3,9 @@
     actor -> learner   ``transitions``      meta ``BatchId`` {actor, batch}; arrays: one transition batch
     learner -> actor   ``transitions_ack``  meta ``Ack`` {actor, batch, status, reason}, sent only after the
                                             batch is on the buffer's disk (stored), or when it already was
-                                            (duplicate), or will never be (rejected: invalid)
+                                            (duplicate), or will never be (rejected: invalid), or when an
+                                            earlier batch of its episode has not arrived yet (later: the
+                                            actor re-sends the earlier ones at once, this one after them)
 
 The actor side (``TransitionSender``) writes every batch to its ``Spool`` on its own disk before sending it
 and deletes it only on an ack, re-sends what stays unacknowledged for ``resend_after_s`` (a learner that
@@ -11,6 +13,10 @@ restarted, a lost message) and, at start, whatever a previous run of the same ac
 count up per actor across restarts, so the learner drops a re-sent batch it already stored by
 ``(actor, batch)``: at least once on the wire, exactly once in the buffer. A rejected batch is moved to
 the spool's ``rejected/`` folder, never deleted.
+
+Every step is journaled in the spool as it is taken (``stage``), before its batch is complete; a restarted
+actor turns what its predecessor journaled into one batch marked ``cut`` (``recover_staged``): the learner
+stores it and closes that episode, truncated at its last step.
 """
 
 from __future__ import annotations
@@ -21,13 +27,14 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import zmq
 
+from robolearn.transition import FINAL_OBS_PREFIX
 from robolearn.transport.security import CurveKeys
 from robolearn.transport.sockets import TRANSITIONS_LIMITS, bind_random_port, connect, limit_receive
 from robolearn.transport.spool import Spool
 from robolearn.transport.wire import Message, RejectCounter, WireError, decode, encode
 
 TRANSITIONS, ACK = "transitions", "transitions_ack"
-STATUSES = ("stored", "duplicate", "rejected")
+STATUSES = ("stored", "duplicate", "rejected", "later")
 ACK_LIMITS = (64 * 1024, 100_000)
 
 
@@ -35,19 +42,20 @@ ACK_LIMITS = (64 * 1024, 100_000)
 class BatchId:
     actor: str   # the actor's stable name (actor-0, ...), not the robot it leased this time
     seq: int     # counts up per actor, across its restarts
+    cut: bool = False  # the actor crashed after these steps: the episode ends here (truncated)
 
     def to_meta(self) -> dict:
-        return {"actor": self.actor, "batch": self.seq}
+        return {"actor": self.actor, "batch": self.seq, **({"cut": True} if self.cut else {})}
 
     @classmethod
     def from_meta(cls, meta: dict) -> BatchId | None:
         """None for a batch without one (it is stored, never de-duplicated); ``WireError`` if malformed."""
         if "batch" not in meta and "actor" not in meta:
             return None
-        actor, seq = meta.get("actor"), meta.get("batch")
-        if not isinstance(actor, str) or not actor or type(seq) is not int or seq < 0:
-            raise WireError(f"transitions: bad batch id actor={actor!r} batch={seq!r}")
-        return cls(actor, seq)
+        actor, seq, cut = meta.get("actor"), meta.get("batch"), meta.get("cut", False)
+        if not isinstance(actor, str) or not actor or type(seq) is not int or seq < 0 or type(cut) is not bool:
+            raise WireError(f"transitions: bad batch id actor={actor!r} batch={seq!r} cut={cut!r}")
+        return cls(actor, seq, cut)
 
 
 @dataclass(frozen=True)
@@ -107,16 +115,46 @@ class TransitionSender:
         self.sock.setsockopt(zmq.IMMEDIATE, 1)  # no learner connected: refuse (it is spooled) rather than queue
         connect(self.sock, endpoint, keys)
         self.rejects = RejectCounter()
-        self.sent = self.acked = self.duplicates = self.rejected = 0
+        self.sent = self.acked = self.duplicates = self.rejected = self.later = 0
         self._sent_at: dict[int, float] = {}  # batch -> last send; spooled batches of an earlier run: due now
         self._next_check = 0.0
+        self._filling: int | None = None  # the batch number the staged steps will go out as
+        self._later_tries: dict[int, int] = {}  # batch -> times the learner answered "later"
+
+    def _frames(self, robot_id: str, seq: int, arrays: dict[str, np.ndarray], cut: bool = False) -> list[bytes]:
+        return [bytes(f) for f in encode(TRANSITIONS, robot_id, seq, BatchId(self.actor, seq, cut).to_meta(), arrays)]
+
+    def stage(self, robot_id: str, step: dict[str, np.ndarray]) -> None:
+        """Journal one step (a one-step batch) of the batch being filled, before the batch is complete."""
+        if self._filling is None:
+            self._filling = self.spool.next_seq()
+        self.spool.stage(self._filling, self._frames(robot_id, self._filling, step))
 
     def send(self, robot_id: str, arrays: dict[str, np.ndarray]) -> None:
-        seq = self.spool.next_seq()
-        frames = [bytes(f) for f in encode(TRANSITIONS, robot_id, seq, BatchId(self.actor, seq).to_meta(), arrays)]
+        """Spool, then transmit, one batch (the steps staged since the last one, when they were staged)."""
+        seq = self._filling if self._filling is not None else self.spool.next_seq()
+        self._filling = None
+        frames = self._frames(robot_id, seq, arrays)
         self.spool.put(seq, frames)  # on this actor's disk before it leaves
         self.sent += 1
         self._transmit(seq, frames)
+
+    def recover_staged(self) -> int:
+        """Turn the steps a crashed predecessor journaled into batches marked ``cut`` (spooled, sent with the
+        other pending batches). Returns how many steps were recovered."""
+        steps = 0
+        for seq, records in self.spool.staged().items():
+            msgs = [decode(r, frozenset({TRANSITIONS})) for r in records]
+            if not msgs:  # not one whole step was journaled
+                self.spool.drop_staged(seq)
+                continue
+            arrays = {k: np.concatenate([m.arrays[k] for m in msgs]) for k in msgs[0].arrays
+                      if not k.startswith(FINAL_OBS_PREFIX)}
+            arrays |= {k: v for k, v in msgs[-1].arrays.items() if k.startswith(FINAL_OBS_PREFIX)}
+            ended = bool(arrays["terminated"][-1] or arrays["truncated"][-1])  # killed as it sealed the batch
+            self.spool.put(seq, self._frames(msgs[0].sender, seq, arrays, cut=not ended))
+            steps += len(msgs)
+        return steps
 
     def _transmit(self, seq: int, frames: list[bytes]) -> None:
         try:
@@ -145,7 +183,19 @@ class TransitionSender:
                 self.rejects.reject(f"an ack for {ack.actor}, this is {self.actor}")
                 continue
             got += 1
+            if ack.status == "later":  # an earlier batch of its episode is missing there: those go first
+                self.later += 1
+                for seq in self.spool.pending():
+                    if seq < ack.batch:
+                        self._sent_at.pop(seq, None)
+                # this one again soon after them, backing off should the gap persist (a batch lost for good)
+                tries = self._later_tries[ack.batch] = self._later_tries.get(ack.batch, 0) + 1
+                wait = min(self.resend_after_s, 0.25 * 2 ** (tries - 1))
+                self._sent_at[ack.batch] = time.monotonic() - self.resend_after_s + wait
+                self._next_check = 0.0
+                continue
             self._sent_at.pop(ack.batch, None)
+            self._later_tries.pop(ack.batch, None)
             self.duplicates += ack.status == "duplicate"
             if ack.status == "rejected":
                 self.rejected += self.spool.reject(ack.batch, ack.reason)

@@ -9,6 +9,9 @@ The subscriber applies every message to its reconstruction in order; the newest 
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import torch
 import zmq
@@ -28,17 +31,32 @@ def weights_arrays(policy: torch.nn.Module) -> dict[str, np.ndarray]:
 
 
 class WeightPublisher:
-    """PUB socket bound on ``host``: ``publish`` sends a sparse delta from the previous version when that is
-    smaller, a full snapshot when ``full`` (heartbeats) and every ``full_every`` versions."""
+    """PUB socket bound on ``host`` (at ``port``, 0: any free one): ``publish`` sends a sparse delta from the
+    previous version when that is smaller, a full snapshot when ``full`` (heartbeats) and every ``full_every``
+    versions.
 
-    def __init__(self, ctx: zmq.Context, host: str, full_every: int, keys: CurveKeys | None = None) -> None:
+    With ``version_file`` each published version is also written there (8 bytes in place: survives a kill of
+    this process), and ``published_before`` reads what an earlier publisher of the run got to: a learner
+    restarted from an older checkpoint publishes past it, since subscribers ignore versions not newer than
+    the one they hold."""
+
+    def __init__(self, ctx: zmq.Context, host: str, full_every: int, keys: CurveKeys | None = None, port: int = 0,
+                 version_file: Path | None = None) -> None:
         self.sock = ctx.socket(zmq.PUB)
         self.sock.setsockopt(zmq.SNDHWM, 4)
-        self.endpoint = bind_random_port(self.sock, host, keys)
+        self.endpoint = bind_random_port(self.sock, host, keys, port)
         self._codec = DeltaPublisher(full_every)
+        self._version_fd: int | None = None
+        self.published_before = 0
+        if version_file is not None:
+            self._version_fd = os.open(version_file, os.O_RDWR | os.O_CREAT, 0o644)
+            data = os.pread(self._version_fd, 8, 0)
+            self.published_before = int.from_bytes(data, "little") if len(data) == 8 else 0
 
     def publish(self, version: int, policy: torch.nn.Module, status: LearnerStatus, full: bool = False) -> None:
         sync_meta, arrays = self._codec.encode(version, weights_arrays(policy), force_full=full)
+        if self._version_fd is not None:  # before it leaves: no subscriber can hold a version not recorded
+            os.pwrite(self._version_fd, version.to_bytes(8, "little"), 0)
         send(self.sock, WEIGHTS, "learner", version, {**status.to_meta(), **sync_meta}, arrays)
 
     @property
@@ -48,6 +66,8 @@ class WeightPublisher:
 
     def close(self) -> None:
         self.sock.close(linger=0)
+        if self._version_fd is not None:
+            os.close(self._version_fd)
 
 
 class WeightSubscriber:

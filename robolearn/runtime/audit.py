@@ -1,0 +1,66 @@
+"""``robolearn buffer audit RUN_DIR``: every step the robots took against what the buffer holds.
+
+Three independent sources, each read as stored on disk: the actors' ledgers (``actor.step_ledger``: one line
+per executed step, written as it happens), the buffer's log (every stored transitions record, counted
+record by record, not through the index that refuses duplicates) and the actors' spools (batches and
+journaled steps not acknowledged yet). A step is named by (episode id, step): episode ids are unique
+across a run's actors and their restarts.
+
+    lost       taken (ledger) but neither stored nor still spooled
+    duplicate  stored more than once
+    pending    taken, not stored, still spooled (sent on the next start of that actor)
+    unledgered stored but in no ledger (an older run without ledgers, or steps from elsewhere)
+
+Read-only: safe on a run that is still going, though its figures then move.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from robolearn.actor.step_ledger import read_ledger
+from robolearn.buffer.log import SegmentLog
+from robolearn.buffer.storage import RECORD_TYPES
+from robolearn.rundir import RunDir
+from robolearn.transport.spool import spooled_messages
+from robolearn.transport.transitions import TRANSITIONS
+from robolearn.transport.wire import decode
+
+Step = tuple[int, int]  # (episode id, step)
+
+
+def _steps(arrays: dict) -> list[Step]:
+    return list(zip(arrays["episode_id"].tolist(), arrays["step"].tolist()))
+
+
+def audit_run(run_dir: str | Path) -> dict:
+    run = RunDir(Path(run_dir))
+    produced: Counter[Step] = Counter()
+    by_actor = {}
+    for path in sorted((run.root / "ledger").glob("*.log")):
+        steps = read_ledger(path)
+        by_actor[path.stem] = len(steps)
+        produced.update(steps)
+    stored: Counter[Step] = Counter()
+    log = SegmentLog(run.buffer, read_only=True)
+    for _, msg in log.read_messages(RECORD_TYPES):
+        if msg.type == TRANSITIONS and msg.meta.get("partition", "online") == "online":
+            stored.update(_steps(msg.arrays))
+    log.close()
+    pending: Counter[Step] = Counter()
+    for spool in sorted((run.root / "spool").glob("*")):
+        for frames in spooled_messages(spool):
+            pending.update(_steps(decode(frames, frozenset({TRANSITIONS})).arrays))
+    lost = sorted(s for s in produced if s not in stored and s not in pending)
+    return {
+        "run_dir": str(run.root),
+        "produced_steps": sum(produced.values()), "produced_by_actor": by_actor,
+        "stored_steps": len(stored),
+        "lost_steps": len(lost), "lost_examples": lost[:10],
+        "duplicate_steps": sum(n - 1 for n in stored.values()),
+        "pending_steps": sum(1 for s in produced if s not in stored and s in pending),
+        "steps_taken_twice": sum(n - 1 for n in produced.values()),  # an episode id a restart reused
+        "unledgered_steps": sum(1 for s in stored if s not in produced),
+        "problems": log.problems,
+    }
