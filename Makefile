@@ -10,7 +10,7 @@ MINUTES ?= 3
 PYTEST := $(VENV)/bin/python -m pytest
 
 .PHONY: setup run test test-all bench bench-reach bench-buffer bench-experts bench-delay-sweep bench-control-loop \
-	bench-inference-rtt bench-learner-speed bench-hil bench-learn-async lint clean
+	bench-inference-rtt bench-learner-speed bench-hil bench-learn-async bench-chaos lint clean
 
 setup: $(VENV)/.installed
 
@@ -61,8 +61,11 @@ bench-hil: setup
 bench-learn-async: setup
 	$(VENV)/bin/python benchmarks/learn_async.py $(ARGS)
 
+bench-chaos: setup
+	$(VENV)/bin/python benchmarks/chaos.py $(ARGS)
+
 bench: bench-reach bench-buffer bench-experts bench-delay-sweep bench-control-loop bench-inference-rtt \
-	bench-learner-speed bench-hil bench-learn-async
+	bench-learner-speed bench-hil bench-learn-async bench-chaos
 
 lint: setup
 	$(VENV)/bin/ruff check robolearn tests benchmarks

@@ -1,7 +1,8 @@
 """Chaos: SIGKILL random processes of a live ``robolearn run`` and count what is lost.
 
-Runs the real CLI (``robolearn run task=reach runtime.num_actors=2``, learner and actor processes, zmq, the
-on-disk buffer) and, once every actor is acting, kills a random process (the learner or an actor; the
+Runs the real CLI (``robolearn run task=reach runtime.num_actors=2 actor.realtime=true``, learner and actor
+processes, zmq, the on-disk buffer; the actors pace their robots at 25 Hz and, as robots do, go on acting
+while the learner is down, so data keeps coming while nobody stores it) and, once every actor is acting, kills a random process (the learner or an actor; the
 policy server is not part of ``robolearn run``) at random times, ``--kills`` times, with no manual resume.
 After the last kill the run goes on to its time budget and stops by itself. Then:
 
@@ -198,7 +199,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:
             print(f"chaos seed {seed}: {args.kills} kills", flush=True)
-            r = chaos_run(Path(tmp), f"chaos-s{seed}", seed, args.kills, args.minutes, args.actors)
+            r = chaos_run(Path(tmp), f"chaos-s{seed}", seed, args.kills, args.minutes, args.actors,
+                          extra=["actor.realtime=true"])
             print(f"  lost {r['lost_transitions']}, duplicates {r['duplicate_transitions']}, actor rejoin max "
                   f"{r['max_actor_rejoin_s']} s, learner recovery max {r['max_learner_recovery_s']} s, eval success "
                   f"{r['eval_success_rate']}", flush=True)
