@@ -2,8 +2,9 @@
 
 Runs the real CLI (``robolearn run task=reach runtime.num_actors=2 actor.realtime=true``, learner and actor
 processes, zmq, the on-disk buffer; the actors pace their robots at 25 Hz and, as robots do, go on acting
-while the learner is down, so data keeps coming while nobody stores it) and, once every actor is acting, kills a random process (the learner or an actor; the
-policy server is not part of ``robolearn run``) at random times, ``--kills`` times, with no manual resume.
+while the learner is down, so data keeps coming while nobody stores it) and, once every actor is acting,
+kills a random process (the learner or an actor; the policy server is not part of ``robolearn run``) at
+random times, ``--kills`` times, with no manual resume.
 After the last kill the run goes on to its time budget and stops by itself. Then:
 
 - ``lost_transitions``: steps the actors' own ledgers say were taken (``actor.step_ledger``, one line per

@@ -31,6 +31,7 @@ commands:
              robolearn buffer export runs/my-reach OUT [--only successes|interventions]
   resources  a live run's robots and simulators, their health and lease holders: robolearn resources runs/x
   keys       CurveZMQ keys for sockets off loopback: robolearn keys generate keys/ --clients robot-pc-1
+  join       a robot PC's actors in a run whose learner is elsewhere: robolearn join tcp://ws:5555 --keys-dir keys/pc1
 
 config groups (pick one with group=option, override any key with group.key=value):
   task     reach, push_cube, pick_cube, pick_cube_color, gym (task.env_id=...)
@@ -131,6 +132,12 @@ def _record(cfg: DictConfig) -> None:
           f"{result.successes / result.episodes:.0%}) to {result.root}")
 
 
+def _join() -> None:
+    from robolearn.runtime.join import main as join_main
+
+    raise SystemExit(join_main(sys.argv[1:]))
+
+
 def _buffer() -> None:
     from robolearn.runtime.buffer_command import main as buffer_main
 
@@ -150,7 +157,7 @@ def _resources() -> None:
 
 
 COMMANDS = {"run": _run, "eval": _eval, "record": _record, "buffer": _buffer, "resources": _resources,
-            "keys": _keys}
+            "keys": _keys, "join": _join}
 HYDRA_CONFIGS = {"run": "config", "eval": "eval", "record": "record"}  # commands whose options hydra composes
 
 

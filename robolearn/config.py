@@ -139,11 +139,16 @@ class RuntimeConfig(ChoiceConfig, Protocol):
 
     host: str
     num_actors: int
+    keys_dir: str | None
     lease_ttl_s: float
     status_every_s: float
     startup_timeout_s: float
     shutdown_timeout_s: float
     live_console: bool
+
+    @property
+    def total_actors(self) -> int:
+        """Every actor of the run, on this machine and joined from others: episode ids stride by it."""
 
 
 @dataclass
@@ -197,7 +202,7 @@ def validate(cfg: DictConfig | dict) -> RunConfig:
     top = {k: v for k, v in container.items() if k not in registry.CONFIG_GROUPS and k != "hydra"}
     top_typed = _typed(TopLevel, top, "")
     cfg = RunConfig(**{k: getattr(top_typed, k) for k in TopLevel.__dataclass_fields__}, **groups)
-    if cfg.learner.learning == "sync" and cfg.runtime.num_actors != 1:
+    if cfg.learner.learning == "sync" and cfg.runtime.total_actors != 1:
         raise ConfigError("config error at 'learner.learning': sync is a one-robot baseline; "
                           "set runtime.num_actors=1")
     return cfg

@@ -75,7 +75,7 @@ class Actor:
         # budget.env_steps is the run's total: each actor takes its share and then waits to be stopped,
         # so the run ends at the budget instead of wherever the actors got to before the runtime noticed
         budget = cfg.budget.env_steps
-        self.share = -(-budget // cfg.runtime.num_actors) if budget is not None else None
+        self.share = -(-budget // cfg.runtime.total_actors) if budget is not None else None
         self._status_env_steps: int | None = None  # the learner's ingested steps in the newest status
         self._steps_since_status = 0
         self._last_status_write = 0.0
@@ -87,7 +87,8 @@ class Actor:
         if resources is None:
             return
         self.keys = load_keys(cfg.runtime.keys_dir)
-        self.lease = LeaseClient(resources["endpoint"], self.name, keys=self.keys)
+        # a robot PC that joined a run elsewhere leases its robots from its own machine's manager, on loopback
+        self.lease = LeaseClient(resources["endpoint"], self.name, keys=self.keys if resources.get("curve") else None)
         try:
             self.robot_id = self.lease.acquire(self.env.robot.name, timeout_s=cfg.runtime.startup_timeout_s,
                                                stop=lambda: bool(self.stop))[0]
@@ -173,11 +174,11 @@ class Actor:
                            gate=self._gate, policy_version=lambda: self.weights.version)
         episode_id = self._first_episode_id(int(endpoints["next_episode_id"]) + self.index, spool)
         while not self.stop and not self._share_taken():
-            spool.note("next_episode", episode_id + cfg.runtime.num_actors)  # a restart continues past it
+            spool.note("next_episode", episode_id + cfg.runtime.total_actors)  # a restart continues past it
             result = loop.run(seed=cfg.seed * 1_000_003 + episode_id, episode_id=episode_id)
             if not result.stopped and cfg.learner.learning == "sync":
                 self._wait_for_updates()
-            episode_id += cfg.runtime.num_actors
+            episode_id += cfg.runtime.total_actors
         if not self.stop:
             print(f"[{self.name}] took its share of budget.env_steps ({self.share}); waiting to be stopped",
                   flush=True)
@@ -204,7 +205,7 @@ class Actor:
             frames = spool.read(seq)
             if frames:
                 spooled.append(int(decode(frames, frozenset({TRANSITIONS})).arrays["episode_id"][-1]))
-        step = self.cfg.runtime.num_actors
+        step = self.cfg.runtime.total_actors
         return offered + step * max(0, -(-(max(spooled) + 1 - offered) // step))
 
     def _share_taken(self) -> bool:
@@ -242,6 +243,12 @@ class Actor:
             self.sender.poll(timeout_ms=50)
         self.spool_full_s += time.monotonic() - t0
 
+    def _wait_a_moment(self) -> None:
+        """One beat of a wait for the learner: weights and status in, and the transitions channel kept going
+        (acks in, re-sends out): the learner may be waiting for a batch a reset link lost."""
+        self.weights.poll(timeout_ms=20)
+        self.sender.poll()
+
     def _wait_for_learner(self) -> None:
         """Sim only: hold the (frozen) simulation while the learner is behind its update-to-data ratio. The
         learner's status carries its ingested step count; steps taken since that status are counted here."""
@@ -253,7 +260,7 @@ class Actor:
                 allowed = status.learned_env_steps + self.settings.max_steps_ahead
                 if status.env_steps + self._steps_since_status < allowed:
                     return
-            self.weights.poll(timeout_ms=20)
+            self._wait_a_moment()
 
     def _throttle(self, tick: int) -> None:
         """``actor.max_policy_lag``: while the learner is more than that many versions ahead of the weights
@@ -266,7 +273,7 @@ class Actor:
             if learner_version - self.weights.version <= self.settings.max_policy_lag:
                 break
             t0 = t0 or time.monotonic()
-            self.weights.poll(timeout_ms=20)
+            self._wait_a_moment()
             if self._newest_weights():
                 self.executor.interrupt(tick)
         if t0 is not None:
@@ -280,7 +287,7 @@ class Actor:
             status = self.weights.learner_status
             if status is not None and status.env_steps >= self.env_steps and status.caught_up:
                 break
-            self.weights.poll(timeout_ms=20)
+            self._wait_a_moment()
         self._newest_weights()
         self.waited_for_learner_s += time.monotonic() - t0
 

@@ -34,11 +34,14 @@ def _steps(arrays: dict) -> list[Step]:
     return list(zip(arrays["episode_id"].tolist(), arrays["step"].tolist()))
 
 
-def audit_run(run_dir: str | Path) -> dict:
+def audit_run(run_dir: str | Path, joined: tuple[str | Path, ...] = ()) -> dict:
+    """``joined``: the local run directories of robot PCs that joined (``robolearn join``), copied here: their
+    ledgers and spools count with this machine's."""
     run = RunDir(Path(run_dir))
+    roots = [run.root, *map(Path, joined)]
     produced: Counter[Step] = Counter()
     by_actor = {}
-    for path in sorted((run.root / "ledger").glob("*.log")):
+    for path in sorted(p for root in roots for p in (root / "ledger").glob("*.log")):
         steps = read_ledger(path)
         by_actor[path.stem] = len(steps)
         produced.update(steps)
@@ -49,7 +52,7 @@ def audit_run(run_dir: str | Path) -> dict:
             stored.update(_steps(msg.arrays))
     log.close()
     pending: Counter[Step] = Counter()
-    for spool in sorted((run.root / "spool").glob("*")):
+    for spool in sorted(p for root in roots for p in (root / "spool").glob("*")):
         for frames in spooled_messages(spool):
             pending.update(_steps(decode(frames, frozenset({TRANSITIONS})).arrays))
     lost = sorted(s for s in produced if s not in stored and s not in pending)

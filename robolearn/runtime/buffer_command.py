@@ -64,7 +64,7 @@ def export(args: argparse.Namespace) -> int:
 def audit(args: argparse.Namespace) -> int:
     from robolearn.runtime.audit import audit_run
 
-    report = audit_run(Path(args.run_dir))
+    report = audit_run(Path(args.run_dir), tuple(args.joined))
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -93,6 +93,7 @@ def main(argv: list[str]) -> int:
     p = sub.add_parser("audit", help="every step the actors' ledgers say was taken against the buffer: lost, "
                                      "duplicated, still spooled (exit 1 when any is lost or duplicated)")
     p.add_argument("run_dir")
+    p.add_argument("--joined", nargs="*", default=[], help="run directories of robot PCs that joined (copied here)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(func=audit)
     p = sub.add_parser("export", help="write the buffer (or a filter of it) as a LeRobotDataset v3 folder")

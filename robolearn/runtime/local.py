@@ -9,13 +9,9 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from rich.console import Console
 from rich.live import Live
@@ -23,10 +19,12 @@ from rich.table import Table
 from rich.text import Text
 
 from robolearn.builders import robot_type
-from robolearn.config import RunConfig
+from robolearn.config import RunConfig, to_yaml
 from robolearn.hardware.resources import LeaseManager, resources_for
 from robolearn.logging.status import read_json, write_json_atomic
 from robolearn.rundir import RunDir
+from robolearn.runtime.run_info import RunInfo, RunInfoServer
+from robolearn.runtime.supervisor import Supervisor, WorkerProcess, install_stop_signals, tail
 from robolearn.transport.security import CurveKeys, load_keys
 from robolearn.transport.sockets import is_loopback
 
@@ -39,7 +37,11 @@ class LocalRuntimeConfig:
     host: str = "127.0.0.1"       # bind address; a non-loopback host needs keys_dir (CurveZMQ)
     keys_dir: str | None = None   # CurveZMQ keys (robolearn keys generate): every socket encrypted, clients
                                   # admitted by key; the server folder on the machine that runs the learner
-    num_actors: int = 1
+    num_actors: int = 1           # actor processes on this machine (0: every robot joins from elsewhere)
+    remote_actors: int = 0        # actor slots for robot PCs (robolearn join); their indices follow num_actors
+    join_port: int = 0            # where robot PCs ask for the run (robolearn join tcp://host:port); 0: any free
+    joined: str | None = None     # set by robolearn join in a robot PC's copy: the run it joined (its keys_dir is
+                                  # then that machine's client folder)
     lease_ttl_s: float = 5.0      # an actor's robot lease expires this long after its last heartbeat
     status_every_s: float = 0.5   # each process rewrites its status file this often
     startup_timeout_s: float = 120.0
@@ -52,8 +54,9 @@ class LocalRuntimeConfig:
                                     # after backoff * (2^k - 1) (a crash loop does not spin)
 
     def __post_init__(self) -> None:
-        if self.num_actors < 1:
-            raise ValueError(f"runtime.num_actors must be >= 1, got {self.num_actors}")
+        if self.num_actors < 0 or self.remote_actors < 0 or self.total_actors < 1:
+            raise ValueError(f"runtime.num_actors ({self.num_actors}) and runtime.remote_actors "
+                             f"({self.remote_actors}) must be >= 0, with at least one actor in all")
         if min(self.actor_restarts, self.learner_restarts, self.restart_window_s, self.restart_backoff_s) < 0:
             raise ValueError("runtime.actor_restarts, learner_restarts, restart_window_s and restart_backoff_s "
                              "must be >= 0")
@@ -62,42 +65,14 @@ class LocalRuntimeConfig:
                              "CurveZMQ keys (robolearn keys generate DIR, then runtime.keys_dir=DIR/server)")
         if self.keys_dir is not None:
             keys = CurveKeys.load(self.keys_dir)  # KeysError (a ValueError) names the missing file
-            if not keys.can_serve:
+            if not keys.can_serve and self.joined is None:
                 raise ValueError(f"runtime.keys_dir={self.keys_dir!r} is a client folder; the learner's machine "
                                  "needs the server folder (server.key_secret and authorized/)")
 
 
-class _Proc:
-    def __init__(self, name: str, run: RunDir, args: list[str]) -> None:
-        self.name = name
-        run.log(name).parent.mkdir(parents=True, exist_ok=True)
-        self.log = open(run.log(name), "a")
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        # own session: a terminal's Ctrl-C reaches only the runtime, which then stops us in order
-        self.popen = subprocess.Popen([sys.executable, "-m", "robolearn.runtime.worker", *args],
-                                      stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def stop(self, timeout_s: float) -> int:
-        if self.alive():
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                print(f"[runtime] {self.name} did not stop in {timeout_s:.0f} s; killing it", file=sys.stderr)
-                self.popen.kill()
-                self.popen.wait()
-        self.log.close()
-        return self.popen.returncode
-
-
-def _tail(path: Path, n: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except FileNotFoundError:
-        return ""
+    @property
+    def total_actors(self) -> int:
+        return self.num_actors + self.remote_actors
 
 
 def run_local(cfg: RunConfig, run: RunDir) -> dict:
@@ -107,37 +82,48 @@ def run_local(cfg: RunConfig, run: RunDir) -> dict:
         stale.unlink(missing_ok=True)
     console = Console()
     t0 = time.monotonic()
-    interrupted = _install_stop_signals()
+    interrupted = install_stop_signals()
     kind = robot_type(cfg)
     leases = LeaseManager(resources_for(cfg.robot, kind, runtime.num_actors), runtime.lease_ttl_s)
     write_json_atomic(run.resources, {"endpoint": leases.serve(runtime.host, load_keys(runtime.keys_dir)),
-                                      "type": kind})
-    procs: dict[str, _Proc] = {"learner": _Proc("learner", run, ["learner", str(run.root)])}
+                                      "type": kind, "curve": runtime.keys_dir is not None})
+    procs: dict[str, WorkerProcess] = {"learner": WorkerProcess("learner", run, ["learner", str(run.root)])}
     write_json_atomic(run.root / "pids.json", {"learner": procs["learner"].popen.pid})
     failure = ""
     stop_reason = ""
+    joins: RunInfoServer | None = None
     supervisor = Supervisor(run, procs, leases, runtime)
     try:
         while not run.endpoints.exists() and not interrupted:
             if not procs["learner"].alive():
-                raise RuntimeError("the learner exited during start-up:\n" + _tail(run.log("learner")))
+                raise RuntimeError("the learner exited during start-up:\n" + tail(run.log("learner")))
             if time.monotonic() - t0 > runtime.startup_timeout_s:
                 raise RuntimeError(f"the learner did not start within {runtime.startup_timeout_s} s")
             time.sleep(0.05)
+        if runtime.remote_actors:
+            joins = _serve_run_info(cfg, run, console)
         if interrupted:
             stop_reason = f"interrupted ({interrupted[0]}) during start-up"
         else:
             for i in range(runtime.num_actors):
-                procs[f"actor-{i}"] = _Proc(f"actor-{i}", run, ["actor", str(run.root), str(i)])
+                procs[f"actor-{i}"] = WorkerProcess(f"actor-{i}", run, ["actor", str(run.root), str(i)])
             write_json_atomic(run.root / "pids.json", {k: p.popen.pid for k, p in procs.items()})
             stop_reason, failure = _watch(cfg, run, procs, console, interrupted, supervisor)
     except RuntimeError as exc:
         failure = str(exc)
     finally:
         codes = {}
+        if joins is not None:
+            joins.announce_stop()  # joined actors stop and drain while the learner is still up
         for name, proc in procs.items():  # actors first (they flush), then the learner (it drains)
             if name != "learner":
                 codes[name] = proc.stop(runtime.shutdown_timeout_s)
+        if joins is not None:
+            missing = joins.wait_for_leaves(runtime.shutdown_timeout_s)
+            if missing:
+                print(f"[runtime] {', '.join(sorted(missing))} (joined from elsewhere) did not say it drained within "
+                      f"{runtime.shutdown_timeout_s:.0f} s; what it holds stays in its spool there", file=sys.stderr)
+            joins.close()
         codes["learner"] = procs["learner"].stop(runtime.shutdown_timeout_s)
         leases.close()
         run.resources.unlink(missing_ok=True)
@@ -149,108 +135,26 @@ def run_local(cfg: RunConfig, run: RunDir) -> dict:
     _print_summary(console, summary)
     if failure:
         for name in procs:
-            tail = _tail(run.log(name))
-            if tail:
-                console.print(f"[dim]--- last lines of {run.log(name)} ---[/dim]\n{tail}", markup=True,
+            last = tail(run.log(name))
+            if last:
+                console.print(f"[dim]--- last lines of {run.log(name)} ---[/dim]\n{last}", markup=True,
                               highlight=False)
     return summary
 
 
-def _install_stop_signals() -> list[str]:
-    """Ctrl-C (SIGINT) or SIGTERM stop the run gracefully. Installed explicitly: a process started in
-    the background by a non-interactive shell inherits SIGINT as ignored, and would never stop."""
-    received: list[str] = []
-
-    def handler(signum, frame) -> None:  # noqa: ARG001
-        received.append("Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name)
-
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
-    return received
-
-
-# counts a learner keeps from its start; the summary adds those of the learners before a restart
-LEARNER_COUNTERS = ("rejected_messages", "duplicate_batches", "out_of_order_batches", "cut_episodes")
-
-
-class Supervisor:
-    """Restarts a dead process, each with bounded retries and back-off, and logs each restart.
-
-    An actor: its lease is freed at once (not after the ttl), then a new actor process with the same index
-    re-leases a robot, turns what its predecessor journaled into a batch and re-sends its spool. The learner:
-    a new one starts from the last checkpoint and the whole buffer log, on the same ports (the actors'
-    sockets reconnect by themselves); meanwhile a simulated robot holds still (it waits for the learner's
-    status) and a real one goes on with the weights it has, spooling everything. A restart is ready when the
-    new process is acting (its first step) or, for the learner, listening again; ``restarts`` says when."""
-
-    QUICK_DEATH_S = 10.0  # dying this soon after a start counts towards the back-off (a crash loop)
-
-    def __init__(self, run: RunDir, procs: dict, leases: LeaseManager, runtime: LocalRuntimeConfig) -> None:
-        self.run, self.procs, self.leases, self.runtime = run, procs, leases, runtime
-        self.restarts: list[dict] = []  # one entry per restart, for the summary
-        self.learner_counted: dict[str, int] = {}  # LEARNER_COUNTERS of the learners that died
-        self._due: dict[str, float] = {}  # process -> when its restart starts
-        self._waiting: dict[str, tuple[dict, float]] = {}  # restarted process -> (its entry, when it died)
-        self._started = {name: time.monotonic() for name in procs}
-        self._quick_deaths: dict[str, int] = {}  # process -> deaths in a row within QUICK_DEATH_S of a start
-        self._deaths: dict[str, list[float]] = {}  # process -> when it died, within the restart window
-
-    def _allowed(self, name: str) -> int:
-        return self.runtime.learner_restarts if name == "learner" else self.runtime.actor_restarts
-
-    def check(self, elapsed_s: float) -> str:
-        """Handle dead processes; returns a failure message when the run cannot go on."""
-        now = time.monotonic()
-        runtime = self.runtime
-        for name, proc in list(self.procs.items()):
-            if proc.alive() or name in self._due:
-                continue
-            code = proc.popen.returncode
-            self._started.setdefault(name, now)  # a process started before the supervisor watched it
-            recent = [t for t in self._deaths.get(name, []) if now - t < runtime.restart_window_s] + [now]
-            self._deaths[name] = recent
-            if len(recent) > self._allowed(name):
-                return (f"{name} exited unexpectedly (code {code}), its restart {len(recent)} within "
-                        f"{runtime.restart_window_s:.0f} s (runtime.{name.split('-')[0]}_restarts="
-                        f"{self._allowed(name)})")
-            died_quickly = now - self._started[name] < self.QUICK_DEATH_S
-            streak = self._quick_deaths[name] = self._quick_deaths.get(name, 0) + 1 if died_quickly else 0
-            delay = runtime.restart_backoff_s * (2 ** max(streak - 1, 0) - 1)  # at once; a crash loop: 1, 3, 7 x
-            if name == "learner":  # its counters start again at 0: the summary adds those of its last status
-                last = read_json(self.run.status("learner")) or {}
-                for key in LEARNER_COUNTERS:
-                    self.learner_counted[key] = self.learner_counted.get(key, 0) + last.get(key, 0)
-            freed = [] if name == "learner" else self.leases.release_holder(name)
-            what = "from its last checkpoint" if name == "learner" else f"freed {', '.join(freed) or 'no lease'}"
-            print(f"[runtime] {name} exited (code {code}); restarting {what} in {delay:.1f} s "
-                  f"({len(recent)}/{self._allowed(name)} within {runtime.restart_window_s:.0f} s)",
-                  file=sys.stderr, flush=True)
-            proc.log.close()
-            self._due[name] = now + delay
-            entry = {"process": name, "exit_code": code, "at_s": round(elapsed_s, 2), "ready_after_s": None}
-            self.restarts.append(entry)
-            self._waiting[name] = (entry, now)
-        for name, at in list(self._due.items()):
-            if now >= at:
-                del self._due[name]
-                args = ["learner", str(self.run.root)] if name == "learner" else \
-                    ["actor", str(self.run.root), name.removeprefix("actor-")]
-                self.procs[name] = _Proc(name, self.run, args)
-                self._started[name] = time.monotonic()
-                write_json_atomic(self.run.root / "pids.json", {k: p.popen.pid for k, p in self.procs.items()})
-        for name, (entry, died) in list(self._waiting.items()):
-            if name not in self._due and self._ready(name):
-                entry["ready_after_s"] = round(now - died, 2)
-                del self._waiting[name]
-                print(f"[runtime] {name} is back {entry['ready_after_s']:.1f} s after it exited", flush=True)
-        return ""
-
-    def _ready(self, name: str) -> bool:
-        pid = self.procs[name].popen.pid
-        if name == "learner":
-            return (read_json(self.run.endpoints) or {}).get("learner_pid") == pid
-        status = read_json(self.run.status(name)) or {}
-        return status.get("pid") == pid and status.get("env_steps", 0) > 0
+def _serve_run_info(cfg: RunConfig, run: RunDir, console: Console) -> RunInfoServer:
+    """``runtime.remote_actors``: tell robot PCs how to join (``robolearn join``)."""
+    runtime = cfg.runtime
+    endpoints = read_json(run.endpoints) or {}
+    ports = {ch: int(endpoints[ch].rsplit(":", 1)[1]) for ch in ("transitions", "weights")}
+    info = RunInfo(cfg.run_name, to_yaml(cfg), ports, int(endpoints["next_episode_id"]), runtime.num_actors,
+                   runtime.remote_actors, stopping=False)
+    server = RunInfoServer(info, runtime.host, load_keys(runtime.keys_dir), runtime.join_port)
+    keys = " --keys-dir <this machine's client keys folder>" if runtime.keys_dir else ""
+    console.print(f"[bold]robot PCs join this run with:[/bold] robolearn join {server.endpoint}{keys} "
+                  f"(actor slots {runtime.num_actors}..{runtime.total_actors - 1}; the learner listens on ports "
+                  f"{ports['transitions']} and {ports['weights']})", highlight=False)
+    return server
 
 
 def _watch(cfg: RunConfig, run: RunDir, procs: dict, console: Console, interrupted: list[str],
@@ -322,7 +226,7 @@ def _summary(run: RunDir, procs: dict, wall_s: float, stop_reason: str, failure:
         "run_dir": str(run.root), "wall_minutes": wall_s / 60, "stopped_because": failure or stop_reason,
         "ok": not failure, "exit_codes": codes,
         # the end of the log of each process that did not exit cleanly: its traceback, when it raised
-        "process_errors": {name: _tail(run.log(name), 30) for name, code in codes.items() if code != 0},
+        "process_errors": {name: tail(run.log(name), 30) for name, code in codes.items() if code != 0},
         "env_steps": learner.get("env_steps", 0), "episodes": learner.get("episodes", 0),
         "success_rate_last_50": learner.get("success_rate_50", 0.0), "updates": learner.get("updates", 0),
         "updates_per_s": learner.get("updates_per_s", 0.0), "policy_version": learner.get("version", 0),

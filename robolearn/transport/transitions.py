@@ -8,8 +8,9 @@
                                             actor re-sends the earlier ones at once, this one after them)
 
 The actor side (``TransitionSender``) writes every batch to its ``Spool`` on its own disk before sending it
-and deletes it only on an ack, re-sends what stays unacknowledged for ``resend_after_s`` (a learner that
-restarted, a lost message) and, at start, whatever a previous run of the same actor left. Batch numbers
+and deletes it only on an ack, re-sends what stays unacknowledged for ``resend_after_s`` (a lost message),
+everything unacknowledged at once whenever the connection is made again (a reset link, a restarted
+learner), and, at start, whatever a previous run of the same actor left. Batch numbers
 count up per actor across restarts, so the learner drops a re-sent batch it already stored by
 ``(actor, batch)``: at least once on the wire, exactly once in the buffer. A rejected batch is moved to
 the spool's ``rejected/`` folder, never deleted.
@@ -113,8 +114,11 @@ class TransitionSender:
         self.sock.setsockopt(zmq.SNDHWM, 100_000)
         self.sock.setsockopt(zmq.LINGER, 0)  # what is unacknowledged stays in the spool, not in zmq's queue
         self.sock.setsockopt(zmq.IMMEDIATE, 1)  # no learner connected: refuse (it is spooled) rather than queue
+        # told of every (re)connection: what is unacknowledged then may have been lost with the old one
+        self._monitor = self.sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
         connect(self.sock, endpoint, keys)
         self.rejects = RejectCounter()
+        self.reconnects = 0
         self.sent = self.acked = self.duplicates = self.rejected = self.later = 0
         self._sent_at: dict[int, float] = {}  # batch -> last send; spooled batches of an earlier run: due now
         self._next_check = 0.0
@@ -209,11 +213,24 @@ class TransitionSender:
         if now < self._next_check:  # looked at most every 0.2 s: a control loop calls poll every tick
             return
         self._next_check = now + 0.2
+        if self._reconnected():
+            self._sent_at.clear()  # a new connection: everything unacknowledged goes again, in order
         for seq in self.spool.pending():
             if now - self._sent_at.get(seq, -1e9) >= self.resend_after_s:
                 frames = self.spool.read(seq)
                 if frames:  # empty: it failed its checksum and was moved aside (spool.problems says so)
                     self._transmit(seq, frames)
+
+    def _reconnected(self) -> bool:
+        """Whether a connection to the learner was made since the last look (the first one counts too)."""
+        made = False
+        while True:
+            try:
+                self._monitor.recv_multipart(flags=zmq.NOBLOCK)  # one event: [event id + value, endpoint]
+            except zmq.Again:
+                return made
+            made = True
+            self.reconnects += 1
 
     def drain(self, timeout_s: float) -> bool:
         """Wait (bounded) until the learner acknowledged every spooled batch; True when none is left. What is
@@ -224,4 +241,6 @@ class TransitionSender:
         return not self.spool.pending()
 
     def close(self) -> None:
+        self.sock.disable_monitor()
+        self._monitor.close(linger=0)
         self.sock.close()

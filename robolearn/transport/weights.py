@@ -103,16 +103,17 @@ class WeightSubscriber:
             except WireError as exc:
                 self.rejects.reject(str(exc))
                 continue
+            # the status holds whether or not the weights apply (a delta whose base a reconnect lost still
+            # tells how far the learner is): an actor pacing itself on it must not stall for a full snapshot
+            self.learner_status = status or self.learner_status
             version = msg.meta.get("version")
             if isinstance(version, int) and version == self.decoder.version and msg.meta.get("kind") == "full":
-                self.learner_status = status or self.learner_status  # a heartbeat of the version already held
-                continue
+                continue  # a heartbeat of the version already held
             try:
                 weights = self.decoder.apply(msg.meta, msg.arrays)
             except ValueError as exc:
                 self.rejects.reject(str(exc))
                 continue
-            self.learner_status = status or self.learner_status
             newest = self.pending[0] if self.pending else self.version
             if version > newest:
                 self.pending = (version, weights)

@@ -1,0 +1,151 @@
+"""Worker processes and their supervision: what restarts a dead learner or actor, shared by the local runtime
+(``runtime.local``) and a robot PC's ``robolearn join``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from robolearn.hardware.resources import LeaseManager
+from robolearn.logging.status import read_json, write_json_atomic
+from robolearn.rundir import RunDir
+
+if TYPE_CHECKING:
+    from robolearn.runtime.local import LocalRuntimeConfig
+
+
+def install_stop_signals() -> list[str]:
+    """Ctrl-C (SIGINT) or SIGTERM stop the run gracefully. Installed explicitly: a process started in
+    the background by a non-interactive shell inherits SIGINT as ignored, and would never stop."""
+    received: list[str] = []
+
+    def handler(signum, frame) -> None:  # noqa: ARG001
+        received.append("Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name)
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    return received
+
+
+class WorkerProcess:
+    """One worker (``python -m robolearn.runtime.worker``), its output appended to its log in the run directory."""
+
+    def __init__(self, name: str, run: RunDir, args: list[str]) -> None:
+        self.name = name
+        run.log(name).parent.mkdir(parents=True, exist_ok=True)
+        self.log = open(run.log(name), "a")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # own session: a terminal's Ctrl-C reaches only the runtime, which then stops us in order
+        self.popen = subprocess.Popen([sys.executable, "-m", "robolearn.runtime.worker", *args],
+                                      stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self, timeout_s: float) -> int:
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                print(f"[runtime] {self.name} did not stop in {timeout_s:.0f} s; killing it", file=sys.stderr)
+                self.popen.kill()
+                self.popen.wait()
+        self.log.close()
+        return self.popen.returncode
+
+
+def tail(path: Path, n: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except FileNotFoundError:
+        return ""
+
+
+# counts a learner keeps from its start; the summary adds those of the learners before a restart
+LEARNER_COUNTERS = ("rejected_messages", "duplicate_batches", "out_of_order_batches", "cut_episodes")
+
+
+class Supervisor:
+    """Restarts a dead process, each with bounded retries and back-off, and logs each restart.
+
+    An actor: its lease is freed at once (not after the ttl), then a new actor process with the same index
+    re-leases a robot, turns what its predecessor journaled into a batch and re-sends its spool. The learner:
+    a new one starts from the last checkpoint and the whole buffer log, on the same ports (the actors'
+    sockets reconnect by themselves); meanwhile a simulated robot holds still (it waits for the learner's
+    status) and a real one goes on with the weights it has, spooling everything. A restart is ready when the
+    new process is acting (its first step) or, for the learner, listening again; ``restarts`` says when."""
+
+    QUICK_DEATH_S = 10.0  # dying this soon after a start counts towards the back-off (a crash loop)
+
+    def __init__(self, run: RunDir, procs: dict, leases: LeaseManager, runtime: LocalRuntimeConfig) -> None:
+        self.run, self.procs, self.leases, self.runtime = run, procs, leases, runtime
+        self.restarts: list[dict] = []  # one entry per restart, for the summary
+        self.learner_counted: dict[str, int] = {}  # LEARNER_COUNTERS of the learners that died
+        self._due: dict[str, float] = {}  # process -> when its restart starts
+        self._waiting: dict[str, tuple[dict, float]] = {}  # restarted process -> (its entry, when it died)
+        self._started = {name: time.monotonic() for name in procs}
+        self._quick_deaths: dict[str, int] = {}  # process -> deaths in a row within QUICK_DEATH_S of a start
+        self._deaths: dict[str, list[float]] = {}  # process -> when it died, within the restart window
+
+    def _allowed(self, name: str) -> int:
+        return self.runtime.learner_restarts if name == "learner" else self.runtime.actor_restarts
+
+    def check(self, elapsed_s: float) -> str:
+        """Handle dead processes; returns a failure message when the run cannot go on."""
+        now = time.monotonic()
+        runtime = self.runtime
+        for name, proc in list(self.procs.items()):
+            if proc.alive() or name in self._due:
+                continue
+            code = proc.popen.returncode
+            self._started.setdefault(name, now)  # a process started before the supervisor watched it
+            recent = [t for t in self._deaths.get(name, []) if now - t < runtime.restart_window_s] + [now]
+            self._deaths[name] = recent
+            if len(recent) > self._allowed(name):
+                return (f"{name} exited unexpectedly (code {code}), its restart {len(recent)} within "
+                        f"{runtime.restart_window_s:.0f} s (runtime.{name.split('-')[0]}_restarts="
+                        f"{self._allowed(name)})")
+            died_quickly = now - self._started[name] < self.QUICK_DEATH_S
+            streak = self._quick_deaths[name] = self._quick_deaths.get(name, 0) + 1 if died_quickly else 0
+            delay = runtime.restart_backoff_s * (2 ** max(streak - 1, 0) - 1)  # at once; a crash loop: 1, 3, 7 x
+            if name == "learner":  # its counters start again at 0: the summary adds those of its last status
+                last = read_json(self.run.status("learner")) or {}
+                for key in LEARNER_COUNTERS:
+                    self.learner_counted[key] = self.learner_counted.get(key, 0) + last.get(key, 0)
+            freed = [] if name == "learner" else self.leases.release_holder(name)
+            what = "from its last checkpoint" if name == "learner" else f"freed {', '.join(freed) or 'no lease'}"
+            print(f"[runtime] {name} exited (code {code}); restarting {what} in {delay:.1f} s "
+                  f"({len(recent)}/{self._allowed(name)} within {runtime.restart_window_s:.0f} s)",
+                  file=sys.stderr, flush=True)
+            proc.log.close()
+            self._due[name] = now + delay
+            entry = {"process": name, "exit_code": code, "at_s": round(elapsed_s, 2), "ready_after_s": None}
+            self.restarts.append(entry)
+            self._waiting[name] = (entry, now)
+        for name, at in list(self._due.items()):
+            if now >= at:
+                del self._due[name]
+                args = ["learner", str(self.run.root)] if name == "learner" else \
+                    ["actor", str(self.run.root), name.removeprefix("actor-")]
+                self.procs[name] = WorkerProcess(name, self.run, args)
+                self._started[name] = time.monotonic()
+                write_json_atomic(self.run.root / "pids.json", {k: p.popen.pid for k, p in self.procs.items()})
+        for name, (entry, died) in list(self._waiting.items()):
+            if name not in self._due and self._ready(name):
+                entry["ready_after_s"] = round(now - died, 2)
+                del self._waiting[name]
+                print(f"[runtime] {name} is back {entry['ready_after_s']:.1f} s after it exited", flush=True)
+        return ""
+
+    def _ready(self, name: str) -> bool:
+        pid = self.procs[name].popen.pid
+        if name == "learner":
+            return (read_json(self.run.endpoints) or {}).get("learner_pid") == pid
+        status = read_json(self.run.status(name)) or {}
+        return status.get("pid") == pid and status.get("env_steps", 0) > 0
