@@ -32,6 +32,7 @@ from robolearn.actor.chunking import ChunkExecutor
 from robolearn.actor.episode import EpisodeLoop, StepRecord
 from robolearn.actor.step_ledger import StepLedger
 from robolearn.actor.transition_recorder import TransitionRecorder
+from robolearn.actor.weights_cache import WeightsCache
 from robolearn.builders import build_policy, build_task
 from robolearn.clock import Clock, DelaySampler, RealClock, SimClock
 from robolearn.hardware.resources import LeaseClient
@@ -154,9 +155,17 @@ class Actor:
             self.weights.poll(timeout_ms=20)
             return self.weights.apply_pending()
 
-        if not self._wait_for("weights from the learner", first_weights, cfg.runtime.startup_timeout_s):
+        self.weights_cache = WeightsCache(self.run.spool(self.name) / "weights.npz")
+        kept = self.weights_cache.load(self.policy)
+        if kept is not None:  # an earlier process of this actor acted with these: go on with them at once
+            self.weights.version = kept
+            print(f"[{self.name}] acting with the weights v{kept} it kept; newer ones come from the learner",
+                  flush=True)
+        elif self._wait_for("weights from the learner", first_weights, cfg.runtime.startup_timeout_s):
+            self.weights_cache.save(self.weights.version, self.policy)
+        else:
             return
-        print(f"[{self.name}] got weights v{self.weights.version}; acting on {self.robot_id}", flush=True)
+        print(f"[{self.name}] weights v{self.weights.version}; acting on {self.robot_id}", flush=True)
 
         self.runner = ChunkPolicyRunner(self.policy, self.env.observation_spec, self.env.action_spec.dim,
                                         version=self.weights.version, explore=True)
@@ -215,6 +224,7 @@ class Actor:
         """Before each request: load the newest received weights, so the chunk comes from the newest version."""
         if self.weights.apply_pending():
             self.runner.version = self.weights.version
+            self.weights_cache.save(self.weights.version, self.policy)
             return True
         return False
 

@@ -50,8 +50,9 @@ class LocalRuntimeConfig:
     actor_restarts: int = 5       # a dead actor is restarted (its lease freed at once), at most this often ...
     learner_restarts: int = 5     # ... and a dead learner (from its last checkpoint) ...
     restart_window_s: float = 600.0  # ... within this many seconds; one more ends the run
-    restart_backoff_s: float = 1.0  # at once, unless it died within 10 s of its start k times in a row: then
-                                    # after backoff * (2^k - 1) (a crash loop does not spin)
+    restart_backoff_s: float = 1.0  # at once, unless it died k times in a row before it was acting (or the
+                                    # learner listening): then after backoff * (2^(k-1) - 1), so a crash loop
+                                    # does not spin
 
     def __post_init__(self) -> None:
         if self.num_actors < 0 or self.remote_actors < 0 or self.total_actors < 1:

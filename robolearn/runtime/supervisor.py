@@ -81,16 +81,14 @@ class Supervisor:
     status) and a real one goes on with the weights it has, spooling everything. A restart is ready when the
     new process is acting (its first step) or, for the learner, listening again; ``restarts`` says when."""
 
-    QUICK_DEATH_S = 10.0  # dying this soon after a start counts towards the back-off (a crash loop)
-
     def __init__(self, run: RunDir, procs: dict, leases: LeaseManager, runtime: LocalRuntimeConfig) -> None:
         self.run, self.procs, self.leases, self.runtime = run, procs, leases, runtime
         self.restarts: list[dict] = []  # one entry per restart, for the summary
         self.learner_counted: dict[str, int] = {}  # LEARNER_COUNTERS of the learners that died
         self._due: dict[str, float] = {}  # process -> when its restart starts
         self._waiting: dict[str, tuple[dict, float]] = {}  # restarted process -> (its entry, when it died)
-        self._started = {name: time.monotonic() for name in procs}
-        self._quick_deaths: dict[str, int] = {}  # process -> deaths in a row within QUICK_DEATH_S of a start
+        self._ready_pids: set[int] = set()  # processes that got as far as acting (or, the learner, listening)
+        self._unready_deaths: dict[str, int] = {}  # process -> deaths in a row before it was ready (a crash loop)
         self._deaths: dict[str, list[float]] = {}  # process -> when it died, within the restart window
 
     def _allowed(self, name: str) -> int:
@@ -104,16 +102,17 @@ class Supervisor:
             if proc.alive() or name in self._due:
                 continue
             code = proc.popen.returncode
-            self._started.setdefault(name, now)  # a process started before the supervisor watched it
             recent = [t for t in self._deaths.get(name, []) if now - t < runtime.restart_window_s] + [now]
             self._deaths[name] = recent
             if len(recent) > self._allowed(name):
                 return (f"{name} exited unexpectedly (code {code}), its restart {len(recent)} within "
                         f"{runtime.restart_window_s:.0f} s (runtime.{name.split('-')[0]}_restarts="
                         f"{self._allowed(name)})")
-            died_quickly = now - self._started[name] < self.QUICK_DEATH_S
-            streak = self._quick_deaths[name] = self._quick_deaths.get(name, 0) + 1 if died_quickly else 0
-            delay = runtime.restart_backoff_s * (2 ** max(streak - 1, 0) - 1)  # at once; a crash loop: 1, 3, 7 x
+            # killed once it was working (a crash, an OOM kill): back at once; dying again and again before it
+            # gets going is a crash loop (a missing device, a bad config): wait 1, 3, 7, ... x backoff
+            looping = proc.popen.pid not in self._ready_pids and not self._ready(name, proc)
+            streak = self._unready_deaths[name] = self._unready_deaths.get(name, 0) + 1 if looping else 0
+            delay = runtime.restart_backoff_s * (2 ** max(streak - 1, 0) - 1)
             if name == "learner":  # its counters start again at 0: the summary adds those of its last status
                 last = read_json(self.run.status("learner")) or {}
                 for key in LEARNER_COUNTERS:
@@ -134,17 +133,19 @@ class Supervisor:
                 args = ["learner", str(self.run.root)] if name == "learner" else \
                     ["actor", str(self.run.root), name.removeprefix("actor-")]
                 self.procs[name] = WorkerProcess(name, self.run, args)
-                self._started[name] = time.monotonic()
                 write_json_atomic(self.run.root / "pids.json", {k: p.popen.pid for k, p in self.procs.items()})
+        for name, proc in self.procs.items():
+            if name not in self._due and proc.popen.pid not in self._ready_pids and self._ready(name, proc):
+                self._ready_pids.add(proc.popen.pid)
         for name, (entry, died) in list(self._waiting.items()):
-            if name not in self._due and self._ready(name):
+            if name not in self._due and self.procs[name].popen.pid in self._ready_pids:
                 entry["ready_after_s"] = round(now - died, 2)
                 del self._waiting[name]
                 print(f"[runtime] {name} is back {entry['ready_after_s']:.1f} s after it exited", flush=True)
         return ""
 
-    def _ready(self, name: str) -> bool:
-        pid = self.procs[name].popen.pid
+    def _ready(self, name: str, proc: WorkerProcess) -> bool:
+        pid = proc.popen.pid
         if name == "learner":
             return (read_json(self.run.endpoints) or {}).get("learner_pid") == pid
         status = read_json(self.run.status(name)) or {}

@@ -1,0 +1,70 @@
+"""The supervisor's restart policy with real worker processes: one that dies before it ever gets going (here: a run
+directory without a config) is a crash loop and is restarted with growing back-off until it is out of restarts
+within the window; the weights an actor keeps for its replacement; the version floor of a restarted learner."""
+
+import time
+
+import torch
+
+from robolearn.actor.weights_cache import WeightsCache
+from robolearn.hardware.resources import LeaseManager
+from robolearn.rundir import RunDir
+from robolearn.runtime.local import LocalRuntimeConfig
+from robolearn.runtime.supervisor import Supervisor, WorkerProcess
+
+
+def test_a_process_that_dies_before_it_is_ready_is_restarted_with_growing_back_off(tmp_path):
+    run = RunDir(tmp_path)  # no config.yaml: every actor process exits at start
+    runtime = LocalRuntimeConfig(actor_restarts=3, restart_window_s=600, restart_backoff_s=0.5)
+    leases = LeaseManager([])
+    procs = {"actor-0": WorkerProcess("actor-0", run, ["actor", str(run.root), "0"])}
+    supervisor = Supervisor(run, procs, leases, runtime)
+    started, failure, t0 = [], "", time.monotonic()
+    pids = {procs["actor-0"].popen.pid}
+    while not failure and time.monotonic() - t0 < 120:
+        failure = supervisor.check(time.monotonic() - t0)
+        if procs["actor-0"].popen.pid not in pids:
+            pids.add(procs["actor-0"].popen.pid)
+            started.append(time.monotonic())
+        time.sleep(0.02)
+    procs["actor-0"].stop(5)
+    leases.close()
+    assert "actor-0 exited unexpectedly" in failure and "within 600 s" in failure, failure
+    assert len(supervisor.restarts) == 3 and all(r["ready_after_s"] is None for r in supervisor.restarts)
+    died = [r["at_s"] for r in supervisor.restarts]
+    waits = [s - t0 - d for s, d in zip(started, died)]  # death seen -> its replacement started
+    assert waits[0] < 0.3 and 0.4 < waits[1] < 1.0 and 1.4 < waits[2] < 2.5, waits  # at once, 1 x, 3 x backoff
+    assert "Traceback" in run.log("actor-0").read_text() or "config.yaml" in run.log("actor-0").read_text()
+
+
+def test_a_replacement_actor_acts_with_the_weights_its_predecessor_kept(tmp_path):
+    policy = torch.nn.Linear(3, 2)
+    cache = WeightsCache(tmp_path / "weights.npz", every_s=5.0)
+    cache.save(7, policy)
+    cache.save(8, torch.nn.Linear(3, 2))  # within every_s: not written
+    fresh = torch.nn.Linear(3, 2)
+    assert cache.load(fresh) == 7
+    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), policy.state_dict().values()))
+    assert WeightsCache(tmp_path / "weights.npz").load(torch.nn.Linear(4, 2)) is None  # another policy: ignored
+    (tmp_path / "weights.npz").write_bytes(b"torn")
+    assert WeightsCache(tmp_path / "weights.npz").load(fresh) is None
+
+
+def test_a_restarted_publisher_knows_the_newest_version_published_before(tmp_path):
+    import zmq
+
+    from robolearn.transport.learner_status import LearnerStatus
+    from robolearn.transport.weights import WeightPublisher
+
+    ctx = zmq.Context()
+    policy = torch.nn.Linear(3, 2)
+    status = LearnerStatus(version=1, updates=0, env_steps=0, learned_env_steps=0, caught_up=True)
+    pub = WeightPublisher(ctx, "127.0.0.1", 20, version_file=tmp_path / "published_version")
+    assert pub.published_before == 0
+    for v in (1, 2, 41):
+        pub.publish(v, policy, status)
+    pub.close()
+    again = WeightPublisher(ctx, "127.0.0.1", 20, version_file=tmp_path / "published_version")
+    assert again.published_before == 41
+    again.close()
+    ctx.term()
