@@ -103,8 +103,8 @@ def start(workdir: Path, name: str, seed: int, minutes: float, num_actors: int, 
     overrides = ["task=reach", f"seed={seed}", f"run_name={name}", f"budget.minutes={minutes}",
                  f"runtime.num_actors={num_actors}", "runtime.actor_restarts=100", "runtime.learner_restarts=100",
                  "runtime.live_console=false", *extra]
-    log = open(workdir / f"{name}.out", "w")
-    return subprocess.Popen([str(ROBOLEARN), "run", *overrides], cwd=workdir, stdout=log, stderr=subprocess.STDOUT)
+    with open(workdir / f"{name}.out", "w") as log:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen([str(ROBOLEARN), "run", *overrides], cwd=workdir, stdout=log, stderr=subprocess.STDOUT)
 
 
 def wait_acting(run: Path, proc: subprocess.Popen, num_actors: int, timeout_s: float = 180.0) -> None:

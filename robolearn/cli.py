@@ -87,6 +87,7 @@ def _prepare_run(cfg: DictConfig) -> tuple[RunConfig, RunDir]:
         _fail(str(exc))
     run.root.mkdir(parents=True, exist_ok=True)
     run.config.write_text(to_yaml(run_cfg))
+    run.run_id()
     return run_cfg, run
 
 

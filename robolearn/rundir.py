@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +49,14 @@ class RunDir:
 
     def log(self, process: str) -> Path:
         return self.root / "logs" / f"{process}.log"
+
+    def run_id(self) -> str:
+        """This run's identity, made once when the run directory is first created and kept by resumes (a
+        robot PC's directory from another run of the same name is told apart by it)."""
+        path = self.root / "run_id"
+        if not path.exists():
+            path.write_text(uuid.uuid4().hex + "\n")
+        return path.read_text().strip()
 
     def ledger(self, actor: str) -> Path:
         return self.root / "ledger" / f"{actor}.log"

@@ -6,33 +6,27 @@ weights ports (100 +- 50 ms each way, every connection reset every 3-7 s) the ru
 joined actor's own ledger, held against the learner's buffer log, shows nothing lost or stored twice."""
 
 import json
-import socket
 
 import pytest
 
 from robolearn.logging.status import read_json
 from robolearn.runtime.audit import audit_run
+from robolearn.transport.sockets import endpoint_port
 from tests.fault_proxy import FaultProxy
-from tests.helpers import fast_run_overrides, robolearn, start_robolearn, wait_for
+from tests.helpers import fast_run_overrides, free_port, robolearn, start_robolearn, wait_for
 
 pytestmark = pytest.mark.e2e
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _ports(run) -> dict:
     endpoints = wait_for(lambda: read_json(run / "endpoints.json"), 120, "the learner's endpoints")
-    return {ch: int(endpoints[ch].rsplit(":", 1)[1]) for ch in ("transitions", "weights")}
+    return {ch: endpoint_port(endpoints[ch]) for ch in ("transitions", "weights")}
 
 
 def test_a_robot_pc_joins_through_a_faulty_network_learns_and_loses_nothing(tmp_path):
     (tmp_path / "ws").mkdir()
     (tmp_path / "pc").mkdir()
-    join_port = _free_port()
+    join_port = free_port()
     ws = start_robolearn(["run", *fast_run_overrides("far", 1.5), "runtime.num_actors=0",
                           "runtime.remote_actors=1", f"runtime.join_port={join_port}"], cwd=tmp_path / "ws")
     proxies, pc = [], None
@@ -73,7 +67,7 @@ def test_a_robot_pc_joins_a_run_bound_with_curve_keys_only_with_its_client_key(t
     (tmp_path / "pc").mkdir()
     keys = robolearn(["keys", "generate", str(tmp_path / "keys"), "--clients", "robot-pc-1"], cwd=tmp_path)
     assert keys.returncode == 0, keys.stderr
-    join_port = _free_port()
+    join_port = free_port()
     ws = start_robolearn(["run", *fast_run_overrides("sealed", 0.6), "runtime.num_actors=0", "runtime.remote_actors=1",
                           f"runtime.join_port={join_port}", f"runtime.keys_dir={tmp_path / 'keys' / 'server'}"],
                          cwd=tmp_path / "ws")

@@ -46,8 +46,10 @@ def test_a_replacement_actor_acts_with_the_weights_its_predecessor_kept(tmp_path
     assert cache.load(fresh) == 7
     assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), policy.state_dict().values()))
     assert WeightsCache(tmp_path / "weights.npz").load(torch.nn.Linear(4, 2)) is None  # another policy: ignored
-    (tmp_path / "weights.npz").write_bytes(b"torn")
-    assert WeightsCache(tmp_path / "weights.npz").load(fresh) is None
+    whole = (tmp_path / "weights.npz").read_bytes()
+    for damaged in (b"torn", whole[: len(whole) // 2], whole[:40] + bytes(len(whole) - 40)):
+        (tmp_path / "weights.npz").write_bytes(damaged)
+        assert WeightsCache(tmp_path / "weights.npz").load(fresh) is None
 
 
 def test_a_restarted_publisher_knows_the_newest_version_published_before(tmp_path):

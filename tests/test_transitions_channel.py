@@ -3,7 +3,6 @@ what a learner that was not there missed is re-sent, and a batch the learner alr
 lost ack, or after a restart) is acknowledged and dropped, once in the buffer. Counts come from the actor's own
 sender and the buffer on disk, not from the learner's counters."""
 
-import socket
 import time
 
 import numpy as np
@@ -19,7 +18,7 @@ from robolearn.transition import TransitionWriter
 from robolearn.transport.spool import Spool
 from robolearn.transport.transitions import TransitionReceiver, TransitionSender
 from robolearn.transport.wire import RejectCounter
-from tests.helpers import read_buffer
+from tests.helpers import free_port, read_buffer
 from tests.test_cli_config import _cfg
 
 
@@ -58,12 +57,6 @@ def test_the_spool_keeps_batches_until_acknowledged_and_numbers_never_repeat(tmp
     assert again.read(0) == [] and again.pending() == [] and "checksum" in again.problems[0]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def learner(tmp_path):
     cfg = validate(_cfg(task="reach", run_name="acks", **{"policy.hidden_dims": "[16,16]",
@@ -85,7 +78,7 @@ def test_batches_sent_while_no_learner_listens_arrive_once_it_does(tmp_path, lea
     env = build_task(validate(_cfg()))
     batches = _batches(env)
     ctx = zmq.Context()
-    port = _free_port()
+    port = free_port()
     spool = Spool(tmp_path / "spool", 10**8)
     sender = TransitionSender(ctx, f"tcp://127.0.0.1:{port}", "actor-0", spool, resend_after_s=1.0)
     for b in batches:
@@ -206,7 +199,7 @@ def test_a_batch_ahead_of_a_missing_one_is_answered_later_and_the_missing_ones_g
     env = build_task(validate(_cfg()))
     batches = _batches(env, episodes=1, steps=9, per_batch=3)
     ctx = zmq.Context()
-    port = _free_port()
+    port = free_port()
     spool = Spool(tmp_path / "spool", 10**8)
     # a long resend timer: only the learner's "later" can bring the first two back quickly
     sender = TransitionSender(ctx, f"tcp://127.0.0.1:{port}", "actor-0", spool, resend_after_s=60.0)
@@ -218,6 +211,8 @@ def test_a_batch_ahead_of_a_missing_one_is_answered_later_and_the_missing_ones_g
         deadline = time.monotonic() + 5
         while not sender.sock.poll(0, zmq.POLLOUT) and time.monotonic() < deadline:
             time.sleep(0.02)  # connected again
+        time.sleep(0.2)
+        assert sender._reconnected()  # taken now, so the re-send on reconnection cannot bring 0-5 back below
         sender.send("sim_so101-0", batches[2])  # steps 6-8 arrive before 0-5
         t0 = time.monotonic()
         while spool.pending() and time.monotonic() - t0 < 10:
@@ -225,6 +220,7 @@ def test_a_batch_ahead_of_a_missing_one_is_answered_later_and_the_missing_ones_g
             sender.poll(timeout_ms=10)
         assert spool.pending() == [] and time.monotonic() - t0 < 10
         assert lr.out_of_order >= 1 and sender.later >= 1 and sender.rejected == 0 and lr.rejects.total == 0
+        assert sender.reconnects == 1  # one connection all along: "later" alone brought the missing ones
         stored = read_buffer(tmp_path / "run")
         assert [int(s) for b in stored for s in b["step"]] == list(range(9))
         assert lr.buffer.episode("sim_so101-0", 0).ended

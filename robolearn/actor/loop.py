@@ -4,7 +4,8 @@
     episodes (``actor.episode.EpisodeLoop``):
         gate before each tick   sim pacing (the learner's utd ratio), max_policy_lag, stop / budget / lost lease
         each tick               observe -> act (chunk executor or the human) -> apply -> notify:
-                                ``TransitionRecorder`` PUSHes batches, this actor counts, polls weights, writes status
+                                ``StepLedger`` records, ``TransitionRecorder`` journals steps and sends batches,
+                                this actor counts, polls weights, writes status
         each episode end        learner.learning=sync: wait until the learner did the updates due
     disconnect the robot -> release the lease
 
@@ -328,6 +329,7 @@ class Actor:
             "batches_sent": self.sender.sent, "batches_acked": self.sender.acked,
             "batches_rejected": self.sender.rejected, "batches_unacked": len(self.sender.spool.pending()),
             "batches_duplicate": self.sender.duplicates, "batches_later": self.sender.later,
+            "reconnects": self.sender.reconnects,
             "spool_full_s": self.spool_full_s, "spool_problems": self.sender.spool.problems[-5:],
             "version": self.weights.version,
             "versions_received": len(self.weights.versions_received),

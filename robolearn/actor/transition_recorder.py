@@ -1,5 +1,5 @@
 """An ``EpisodeLoop`` subscriber that turns executed steps into transition batches (``robolearn.transition``)
-and hands each batch to ``deliver``: the actor PUSHes it to the learner, a benchmark appends it to a
+and hands each batch to ``deliver``: the actor sends it to the learner, a benchmark appends it to a
 buffer. Nothing is lost: a batch goes out every ``send_every`` steps, at the episode end (with the final
 observation), and when the episode is stopped early (marked truncated, up to the last executed step).
 With ``stage``, each step also goes out on its own as it happens (the actor journals it on disk, so a

@@ -103,12 +103,14 @@ class ReplayBuffer:
             self._storage.append(robot_id, record, partition, batch_key)
         return n
 
-    def close_episode(self, robot_id: str, episode_id: int, partition: str = "online") -> None:
+    def close_episode(self, robot_id: str, episode_id: int, partition: str = "online") -> bool:
         """End an episode its actor cut (it crashed mid-episode; a restart sent what it had journaled):
-        kept up to its last step, marked truncated, durably. No-op for an episode that is not open."""
+        kept up to its last step, marked truncated, durably. False (nothing done) if it was not open."""
         with self.lock:
-            if (robot_id, episode_id, partition) in self._index.open_episodes:
-                self._storage.close_episode((robot_id, episode_id, partition))
+            if (robot_id, episode_id, partition) not in self._index.open_episodes:
+                return False
+            self._storage.close_episode((robot_id, episode_id, partition))
+            return True
 
     def has_batch(self, actor: str, batch: int) -> bool:
         """Whether this actor's batch number ``batch`` is stored (a re-sent copy is then a duplicate)."""

@@ -41,6 +41,7 @@ from robolearn.specs import SpecError
 from robolearn.stop_flag import StopFlag
 from robolearn.transport.learner_status import LearnerStatus
 from robolearn.transport.security import Authenticator, load_keys
+from robolearn.transport.sockets import endpoint_port
 from robolearn.transport.transitions import BatchId, TransitionReceiver
 from robolearn.transport.weights import WeightPublisher
 from robolearn.transport.wire import RejectCounter, WireError
@@ -151,9 +152,10 @@ class Learner:
         keys = load_keys(cfg.runtime.keys_dir)
         auth = Authenticator(ctx, keys) if keys else None  # only authorized clients complete a CURVE handshake
         earlier = read_json(self.run.endpoints) or {}  # a restart in the same run: the actors are connected there
-        receiver = TransitionReceiver(ctx, cfg.runtime.host, self.rejects, keys, port=_port(earlier, "transitions"))
+        receiver = TransitionReceiver(ctx, cfg.runtime.host, self.rejects, keys,
+                                      port=endpoint_port(earlier.get("transitions")))
         self.publisher = pub = WeightPublisher(ctx, cfg.runtime.host, self.schedule.weights_full_every, keys,
-                                               port=_port(earlier, "weights"),
+                                               port=endpoint_port(earlier.get("weights")),
                                                version_file=self.run.root / "published_version")
         endpoints = {
             "transitions": receiver.endpoint,
@@ -266,12 +268,11 @@ class Learner:
                 if batch is not None:
                     receiver.ack(peer, batch, "rejected", str(exc))
                 continue
-            if batch is not None:
-                receiver.ack(peer, batch, "stored")
             arrays = msg.arrays
             if batch is not None and batch.cut:  # its actor crashed after these steps: the episode ends here
-                self.buffer.close_episode(msg.sender, int(arrays["episode_id"][-1]))
-                self.cut_episodes += 1
+                self.cut_episodes += self.buffer.close_episode(msg.sender, int(arrays["episode_id"][-1]))
+            if batch is not None:
+                receiver.ack(peer, batch, "stored")
             self.max_episode_id = max(self.max_episode_id, int(arrays["episode_id"][-1]))
             self.latest_transition_version = int(arrays["policy_version"][-1])
             # staleness: versions the learner is ahead of the weights that produced each step
@@ -349,12 +350,6 @@ class Learner:
                 replay_rng = self.buffer.rng.bit_generator.state
         save_checkpoint(self.run.checkpoint, Checkpoint(self.algo.state_dict(), self.version, self.env_steps,
                                                         replay_rng, torch.get_rng_state()))
-
-
-def _port(endpoints: dict, channel: str) -> int:
-    """The port a channel had in an earlier learner of this run (0: any free one)."""
-    endpoint = endpoints.get(channel)
-    return int(endpoint.rsplit(":", 1)[1]) if isinstance(endpoint, str) and ":" in endpoint else 0
 
 
 def main(run: RunDir, cfg: RunConfig) -> int:

@@ -61,23 +61,34 @@ def prepare(args: argparse.Namespace, info: RunInfo) -> RunDir:
     container["runtime"]["keys_dir"] = str(Path(args.keys_dir).resolve()) if args.keys_dir else None
     container["runtime"]["joined"] = args.endpoint
     validate(container)  # ConfigError names what this machine cannot build
-    if run.config.exists() and load_run_config(run.config).run_name != info.run_name:
-        raise ConfigError(f"{run.root} belongs to run {load_run_config(run.config).run_name!r}, not "
-                          f"{info.run_name!r}: give another --run-dir")
+    mine = run.root / "run_id"
+    if mine.exists() and mine.read_text().strip() != info.run_id:  # its spool and kept weights are another run's
+        raise ConfigError(f"{run.root} holds what this machine did in another run (also named "
+                          f"{info.run_name!r}); give another --run-dir")
+    mine.write_text(info.run_id + "\n")
     run.config.write_text(OmegaConf.to_yaml(OmegaConf.create(container)))
+    write_endpoints(run, args, info)
+    return run
+
+
+def write_endpoints(run: RunDir, args: argparse.Namespace, info: RunInfo) -> None:
+    """Where this machine's actors reach the learner: its ports on the workstation, or the given addresses."""
     host = urlparse(args.endpoint).hostname
     write_json_atomic(run.endpoints, {
         "transitions": args.transitions or f"tcp://{host}:{info.ports['transitions']}",
         "weights": args.weights or f"tcp://{host}:{info.ports['weights']}",
         "next_episode_id": info.next_episode_id, "joined": args.endpoint,
     })
-    return run
 
 
 def main(argv: list[str]) -> int:
     args = _parse(argv)
     keys = load_keys(args.keys_dir)
-    probe = RunInfo.from_dict(ask(args.endpoint, {"op": "info"}, keys))
+    try:
+        probe = RunInfo.from_dict(ask(args.endpoint, {"op": "info"}, keys))
+    except (TimeoutError, ValueError) as exc:
+        print(f"robolearn join: {exc}", file=sys.stderr)
+        return 2
     first = probe.first_index if args.first_index is None else args.first_index
     names = [f"actor-{i}" for i in range(first, first + args.actors)]
     if first < probe.first_index or first + args.actors > probe.first_index + probe.remote_actors:
@@ -85,10 +96,10 @@ def main(argv: list[str]) -> int:
               f"{probe.first_index + probe.remote_actors - 1} for robot PCs; {', '.join(names)} do not fit",
               file=sys.stderr)
         return 2
-    info = RunInfo.from_dict(ask(args.endpoint, {"op": "info", "actors": names}, keys))
     try:
+        info = RunInfo.from_dict(ask(args.endpoint, {"op": "info", "actors": names}, keys))
         run = prepare(args, info)
-    except ConfigError as exc:
+    except (TimeoutError, ValueError) as exc:  # ConfigError is a ValueError
         print(f"robolearn join: {exc}", file=sys.stderr)
         return 2
     cfg = load_run_config(run.config)
@@ -111,24 +122,34 @@ def main(argv: list[str]) -> int:
             if time.monotonic() - last_ask >= 2.0:
                 last_ask = time.monotonic()
                 try:
-                    if RunInfo.from_dict(ask(args.endpoint, {"op": "info"}, keys, timeout_s=2.0)).stopping:
-                        print("the run is stopping; draining", flush=True)
-                        break
-                    unreachable_since = None
-                except TimeoutError:  # the workstation restarts or the network is down: the actors spool
+                    now = RunInfo.from_dict(ask(args.endpoint, {"op": "info"}, keys, timeout_s=2.0))
+                except (TimeoutError, ValueError) as exc:  # the workstation restarts, the network is down
                     if unreachable_since is None:
                         unreachable_since = time.monotonic()
-                        print(f"the run at {args.endpoint} does not answer; the actors go on and spool",
+                        print(f"the run at {args.endpoint} does not answer ({exc}); the actors go on and spool",
                               file=sys.stderr, flush=True)
+                    continue
+                unreachable_since = None
+                if now.stopping:
+                    print("the run is stopping; draining", flush=True)
+                    break
+                if now.ports != info.ports and not (args.transitions or args.weights):
+                    # the workstation's run was resumed on new ports: the actors restart on them
+                    print(f"the learner moved to ports {now.ports}; restarting the actors on them", flush=True)
+                    info = now
+                    write_endpoints(run, args, info)
+                    for proc in procs.values():
+                        proc.popen.terminate()  # the supervisor starts each again
     finally:
         for proc in procs.values():
             proc.stop(cfg.runtime.shutdown_timeout_s)  # SIGTERM: each drains its spool (actor.drain_timeout_s)
         leases.close()
         run.resources.unlink(missing_ok=True)
         for name in names:
+            unacked = (read_json(run.status(name)) or {}).get("batches_unacked", 0)
             try:
-                ask(args.endpoint, {"op": "leave", "actor": name}, keys, timeout_s=2.0)
-            except TimeoutError:
+                ask(args.endpoint, {"op": "leave", "actor": name, "unacked": unacked}, keys, timeout_s=2.0)
+            except (TimeoutError, ValueError):
                 break  # the workstation is gone; nothing waits for us
     for name in names:
         status = read_json(run.status(name)) or {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rich.console import Console
 from rich.live import Live
@@ -26,12 +26,13 @@ from robolearn.rundir import RunDir
 from robolearn.runtime.run_info import RunInfo, RunInfoServer
 from robolearn.runtime.supervisor import Supervisor, WorkerProcess, install_stop_signals, tail
 from robolearn.transport.security import CurveKeys, load_keys
-from robolearn.transport.sockets import is_loopback
+from robolearn.transport.sockets import endpoint_port, is_loopback
 
 
 @dataclass
 class LocalRuntimeConfig:
-    """``runtime=local``: a learner and ``num_actors`` actor processes on this machine, over loopback zmq."""
+    """``runtime=local``: a learner and ``num_actors`` actor processes on this machine (and ``remote_actors``
+    joined from robot PCs), over zmq on ``host``."""
 
     name: str = "local"
     host: str = "127.0.0.1"       # bind address; a non-loopback host needs keys_dir (CurveZMQ)
@@ -130,7 +131,7 @@ def run_local(cfg: RunConfig, run: RunDir) -> dict:
         run.resources.unlink(missing_ok=True)
     summary = _summary(run, procs, time.monotonic() - t0, stop_reason, failure, codes)
     summary["restarts"] = supervisor.restarts
-    for key, count in supervisor.learner_counted.items():
+    for key, count in supervisor.counted_before(read_json(run.status("learner")) or {}).items():
         summary[key] += count
     write_json_atomic(run.summary, summary)
     _print_summary(console, summary)
@@ -146,11 +147,16 @@ def run_local(cfg: RunConfig, run: RunDir) -> dict:
 def _serve_run_info(cfg: RunConfig, run: RunDir, console: Console) -> RunInfoServer:
     """``runtime.remote_actors``: tell robot PCs how to join (``robolearn join``)."""
     runtime = cfg.runtime
-    endpoints = read_json(run.endpoints) or {}
-    ports = {ch: int(endpoints[ch].rsplit(":", 1)[1]) for ch in ("transitions", "weights")}
-    info = RunInfo(cfg.run_name, to_yaml(cfg), ports, int(endpoints["next_episode_id"]), runtime.num_actors,
-                   runtime.remote_actors, stopping=False)
-    server = RunInfoServer(info, runtime.host, load_keys(runtime.keys_dir), runtime.join_port)
+
+    def current(info: RunInfo) -> RunInfo:  # the learner's endpoints.json, rewritten by each (re)start
+        endpoints = read_json(run.endpoints) or {}
+        ports = {ch: endpoint_port(endpoints.get(ch)) for ch in ("transitions", "weights")}
+        return replace(info, ports=ports, next_episode_id=int(endpoints.get("next_episode_id", 0)))
+
+    info = current(RunInfo(cfg.run_name, run.run_id(), to_yaml(cfg), {}, 0, runtime.num_actors,
+                           runtime.remote_actors, stopping=False))
+    ports = info.ports
+    server = RunInfoServer(info, runtime.host, load_keys(runtime.keys_dir), runtime.join_port, refresh=current)
     keys = " --keys-dir <this machine's client keys folder>" if runtime.keys_dir else ""
     console.print(f"[bold]robot PCs join this run with:[/bold] robolearn join {server.endpoint}{keys} "
                   f"(actor slots {runtime.num_actors}..{runtime.total_actors - 1}; the learner listens on ports "
@@ -248,7 +254,7 @@ def _summary(run: RunDir, procs: dict, wall_s: float, stop_reason: str, failure:
                                           "p50_period_error_ms", "p99_period_error_ms", "chunk_utilisation",
                                           "delay_histogram", "rejected_messages", "batches_sent", "batches_acked",
                                           "batches_rejected", "batches_unacked", "batches_duplicate",
-                                          "spool_full_s")}
+                                          "batches_later", "reconnects", "spool_full_s")}
                    for a in status["actors"]],
     }
 

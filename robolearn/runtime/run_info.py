@@ -1,7 +1,8 @@
 """What a robot PC needs to join a run (``robolearn join``), served by the learner workstation's runtime.
 
     robot PC -> workstation   {"op": "info", "actors": [..]}  -> RunInfo as a dict (the actors join)
-                              {"op": "leave", "actor": ..}    -> {"ok": true} (that actor has drained)
+                              {"op": "leave", "actor": .., "unacked": n} -> {"ok": true} (that actor stopped;
+                                                          n batches it could not deliver stay in its spool)
 
 One ROUTER socket on ``runtime.host`` (port ``runtime.join_port``), CURVE with the run's keys like every other
 socket of the run, plain msgpack both ways (bounded, never unpickled). ``stopping`` turns true when the run
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 
 import msgpack
 import zmq
@@ -27,9 +29,10 @@ RUN_INFO_LIMITS = (1024 * 1024, 100)  # a request or a reply: the config is a fe
 @dataclass(frozen=True)
 class RunInfo:
     run_name: str
+    run_id: str               # the run directory's identity (RunDir.run_id): kept by resumes
     config_yaml: str          # the run's resolved config (robolearn.config.to_yaml)
     ports: dict[str, int]     # channel -> port on the workstation (transitions, weights)
-    next_episode_id: int      # episode ids the learner's buffer has not seen (each actor adds its index)
+    next_episode_id: int      # past the episode ids the learner's buffer held when it (re)started
     first_index: int          # the first actor index for robot PCs (runtime.num_actors)
     remote_actors: int        # how many actor slots robot PCs may take
     stopping: bool
@@ -37,7 +40,8 @@ class RunInfo:
     @classmethod
     def from_dict(cls, d: dict) -> RunInfo:
         try:
-            info = cls(str(d["run_name"]), str(d["config_yaml"]), {str(k): int(v) for k, v in d["ports"].items()},
+            info = cls(str(d["run_name"]), str(d["run_id"]), str(d["config_yaml"]),
+                       {str(k): int(v) for k, v in d["ports"].items()},
                        int(d["next_episode_id"]), int(d["first_index"]), int(d["remote_actors"]), bool(d["stopping"]))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"malformed run info from the workstation: {exc!r}") from None
@@ -48,8 +52,10 @@ class RunInfoServer:
     """Answers robot PCs on a background thread; ``joined`` / ``left`` hold the actors that asked for the run /
     said they drained."""
 
-    def __init__(self, info: RunInfo, host: str, keys: CurveKeys | None, port: int = 0) -> None:
-        self.info = info
+    def __init__(self, info: RunInfo, host: str, keys: CurveKeys | None, port: int = 0,
+                 refresh: Callable[[RunInfo], RunInfo] = lambda info: info) -> None:
+        """``refresh``: applied before each answer (the learner's ports and next episode id after a restart)."""
+        self.info, self.refresh = info, refresh
         self.joined: set[str] = set()
         self.left: set[str] = set()
         self._lock = threading.Lock()
@@ -63,7 +69,7 @@ class RunInfoServer:
 
     def announce_stop(self) -> None:
         with self._lock:
-            self.info = RunInfo(**{**asdict(self.info), "stopping": True})
+            self.info = replace(self.info, stopping=True)
 
     def wait_for_leaves(self, timeout_s: float) -> set[str]:
         """Wait (bounded) until every actor that joined has left; returns those that did not."""
@@ -98,9 +104,13 @@ class RunInfoServer:
                 if not isinstance(actors, list) or not all(isinstance(a, str) for a in actors):
                     return {"error": "actors must be a list of names"}
                 self.joined.update(actors)
+                self.info = self.refresh(self.info)
                 return asdict(self.info)
             if op == "leave" and isinstance(msg.get("actor"), str):
                 self.left.add(msg["actor"])
+                if msg.get("unacked"):
+                    print(f"[runtime] {msg['actor']} left with {msg['unacked']} batches unacknowledged (kept in "
+                          "its spool on its machine)", flush=True)
                 return {"ok": True}
         return {"error": f"unknown request {op!r}"}
 

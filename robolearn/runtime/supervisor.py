@@ -84,7 +84,7 @@ class Supervisor:
     def __init__(self, run: RunDir, procs: dict, leases: LeaseManager, runtime: LocalRuntimeConfig) -> None:
         self.run, self.procs, self.leases, self.runtime = run, procs, leases, runtime
         self.restarts: list[dict] = []  # one entry per restart, for the summary
-        self.learner_counted: dict[str, int] = {}  # LEARNER_COUNTERS of the learners that died
+        self.learner_counted: dict[int, dict[str, int]] = {}  # pid -> LEARNER_COUNTERS of each learner that died
         self._due: dict[str, float] = {}  # process -> when its restart starts
         self._waiting: dict[str, tuple[dict, float]] = {}  # restarted process -> (its entry, when it died)
         self._ready_pids: set[int] = set()  # processes that got as far as acting (or, the learner, listening)
@@ -115,8 +115,8 @@ class Supervisor:
             delay = runtime.restart_backoff_s * (2 ** max(streak - 1, 0) - 1)
             if name == "learner":  # its counters start again at 0: the summary adds those of its last status
                 last = read_json(self.run.status("learner")) or {}
-                for key in LEARNER_COUNTERS:
-                    self.learner_counted[key] = self.learner_counted.get(key, 0) + last.get(key, 0)
+                if last.get("pid") == proc.popen.pid:  # (a learner that died before writing one counted nothing)
+                    self.learner_counted[proc.popen.pid] = {key: last.get(key, 0) for key in LEARNER_COUNTERS}
             freed = [] if name == "learner" else self.leases.release_holder(name)
             what = "from its last checkpoint" if name == "learner" else f"freed {', '.join(freed) or 'no lease'}"
             print(f"[runtime] {name} exited (code {code}); restarting {what} in {delay:.1f} s "
@@ -143,6 +143,16 @@ class Supervisor:
                 del self._waiting[name]
                 print(f"[runtime] {name} is back {entry['ready_after_s']:.1f} s after it exited", flush=True)
         return ""
+
+    def counted_before(self, final_status: dict) -> dict[str, int]:
+        """LEARNER_COUNTERS of the learners that died, less the one whose status is ``final_status`` (the run
+        may end while it waits for its restart)."""
+        out = dict.fromkeys(LEARNER_COUNTERS, 0)
+        for pid, counts in self.learner_counted.items():
+            if pid != final_status.get("pid"):
+                for key, n in counts.items():
+                    out[key] += n
+        return out
 
     def _ready(self, name: str, proc: WorkerProcess) -> bool:
         pid = proc.popen.pid

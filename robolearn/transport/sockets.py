@@ -70,6 +70,13 @@ def bind_random_port(sock: zmq.Socket, host: str = "127.0.0.1", keys: CurveKeys 
     return f"tcp://{host}:{port}"
 
 
+def endpoint_port(endpoint: object) -> int:
+    """The port of a ``tcp://host:port`` endpoint (0 when there is none, e.g. no earlier endpoint)."""
+    if not isinstance(endpoint, str) or ":" not in endpoint:
+        return 0
+    return int(endpoint.rsplit(":", 1)[1])
+
+
 def connect(sock: zmq.Socket, endpoint: str, keys: CurveKeys | None = None) -> zmq.Socket:
     """Connect ``sock`` to ``endpoint``, as a CURVE client of the run's server key when there are ``keys``."""
     if keys is not None:

@@ -116,6 +116,19 @@ class Spool:
     def drop_staged(self, seq: int) -> None:
         self._path(seq).with_suffix(".open").unlink(missing_ok=True)
 
+    def set_aside_staged(self, seq: int, reason: str) -> None:
+        """Move a journal that cannot be turned into a batch to ``corrupt/``, never deleted."""
+        (self.dir / "corrupt").mkdir(exist_ok=True)
+        journal = self._path(seq).with_suffix(".open")
+        os.replace(journal, self.dir / "corrupt" / journal.name)
+        self.problems.append(f"{journal.name}: {reason}; moved to {self.dir / 'corrupt'}")
+
+    def close(self) -> None:
+        """Close the journal being written (it stays on disk: the batch it belongs to is not complete)."""
+        if self._journal is not None:
+            self._journal[1].close()
+            self._journal = None
+
     def staged(self) -> dict[int, list[list[bytes]]]:
         """Journals a crash left without their batch: batch number -> the frames of each whole step record."""
         return {int(journal.stem): _read_journal(journal, self.problems) for journal in sorted(self.dir.glob("*.open"))}

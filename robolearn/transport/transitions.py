@@ -63,7 +63,7 @@ class BatchId:
 class Ack:
     actor: str
     batch: int
-    status: str           # stored | duplicate | rejected
+    status: str           # stored | duplicate | rejected | later
     reason: str = ""      # why it was rejected
 
     @classmethod
@@ -148,7 +148,11 @@ class TransitionSender:
         other pending batches). Returns how many steps were recovered."""
         steps = 0
         for seq, records in self.spool.staged().items():
-            msgs = [decode(r, frozenset({TRANSITIONS})) for r in records]
+            try:
+                msgs = [decode(r, frozenset({TRANSITIONS})) for r in records]
+            except WireError as exc:  # whole but not ours: kept aside, not a reason to crash every restart
+                self.spool.set_aside_staged(seq, f"undecodable journal: {exc}")
+                continue
             if not msgs:  # not one whole step was journaled
                 self.spool.drop_staged(seq)
                 continue
@@ -189,9 +193,12 @@ class TransitionSender:
             got += 1
             if ack.status == "later":  # an earlier batch of its episode is missing there: those go first
                 self.later += 1
-                for seq in self.spool.pending():
-                    if seq < ack.batch:
-                        self._sent_at.pop(seq, None)
+                earlier = [seq for seq in self.spool.pending() if seq < ack.batch]
+                if not earlier:  # nothing here can fill the gap (that batch was rejected, or corrupt): never
+                    self.rejected += self.spool.reject(ack.batch, f"{ack.reason}; no earlier batch left to send")
+                    continue
+                for seq in earlier:
+                    self._sent_at.pop(seq, None)
                 # this one again soon after them, backing off should the gap persist (a batch lost for good)
                 tries = self._later_tries[ack.batch] = self._later_tries.get(ack.batch, 0) + 1
                 wait = min(self.resend_after_s, 0.25 * 2 ** (tries - 1))
@@ -244,3 +251,4 @@ class TransitionSender:
         self.sock.disable_monitor()
         self._monitor.close(linger=0)
         self.sock.close()
+        self.spool.close()
