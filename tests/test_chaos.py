@@ -32,4 +32,7 @@ def test_three_kills_lose_nothing_and_store_nothing_twice(tmp_path):
     assert r["rejected_messages"] == 0  # a re-sent batch stored already would be refused as an overlap
     # the de-duplication was exercised, not just never needed: by the learners' count and the actors' own
     assert r["duplicate_batches"] > 0 and r["duplicate_acks_to_actors"] > 0, r
+    restarts = r["restarts_by_runtime"]  # the runtime's own account agrees: one restart per kill, each back
+    assert sorted(x["process"] for x in restarts) == ["actor-0", "actor-1", "learner"], restarts
+    assert all(x["exit_code"] == -9 and x["ready_after_s"] is not None for x in restarts), restarts
     assert r["max_actor_rejoin_s"] <= 3 * MAX_REJOIN_S  # the 5 s is the benchmark's goal, on a quiet machine

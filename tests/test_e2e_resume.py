@@ -1,5 +1,6 @@
-"""SIGKILL a process mid-run: the runtime restarts it and the run goes on (an actor, the learner from its
-checkpoint); with restarts off the run stops and ``resume=true`` continues it with every stored transition."""
+"""SIGKILL the learner mid-run: the runtime restarts it from its checkpoint and the run goes on, nothing lost; with
+restarts off the run stops and ``resume=true`` continues it with every stored transition. (Killed actors:
+``tests/test_chaos.py``.)"""
 
 import json
 import os
@@ -61,8 +62,10 @@ def test_killed_learner_resumes_from_checkpoint_with_its_buffer(tmp_path):
         assert a.keys() == b.keys()
         for k in a:
             np.testing.assert_array_equal(a[k], b[k])
-    first_new_episode = after[len(before)]["episode_id"][0]
-    assert first_new_episode > max(int(b["episode_id"].max()) for b in before)
+    # what the actor had spooled when the learner died continues its episodes; every new episode starts past them
+    old_episodes = {int(e) for b in before for e in b["episode_id"]}
+    new_episodes = {int(e) for b in after[len(before):] for e in b["episode_id"]} - old_episodes
+    assert new_episodes and min(new_episodes) > max(old_episodes)
     assert (run / "run.1.rrd").exists()  # the resumed segment does not overwrite the first recording
 
 
@@ -72,30 +75,6 @@ def test_second_run_with_the_same_name_needs_resume(tmp_path):
     (tmp_path / "runs" / "taken" / "buffer" / "seg-000000.log").write_bytes(b"collected data")
     r = robolearn(["run", "run_name=taken"], cwd=tmp_path, timeout=60)
     assert r.returncode == 2 and "resume=true" in r.stderr
-
-
-def test_a_killed_actor_is_restarted_and_the_run_goes_on(tmp_path):
-    run = tmp_path / "runs" / "restart"
-    proc = start_robolearn(["run", *fast_run_overrides("restart", 1.2)], cwd=tmp_path)
-    try:
-        status = wait_for(lambda: (s := read_json(run / "status" / "actor-0.json")) and s["env_steps"] > 300 and s,
-                          120, "the actor to be acting")
-        killed = status["pid"]
-        os.kill(killed, signal.SIGKILL)
-        t_kill = time.monotonic()
-        wait_for(lambda: (s := read_json(run / "status" / "actor-0.json")) and s["pid"] != killed and
-                 s["env_steps"] > 0, 60, "a replacement actor to act")
-        rejoin_s = time.monotonic() - t_kill
-        out, _ = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    summary = json.loads((run / "summary.json").read_text())
-    assert proc.returncode == 0 and summary["ok"], out
-    assert [r["process"] for r in summary["restarts"]] == ["actor-0"] and summary["restarts"][0]["exit_code"] == -9
-    assert summary["rejected_messages"] == 0, summary  # the replacement's episodes do not collide with the old ones
-    assert rejoin_s < 15, rejoin_s  # the issue asks 5 s; the measured figure is reported in the closing note
-    print(f"replacement actor acting {rejoin_s:.1f} s after the kill")
 
 
 def test_a_killed_learner_is_restarted_from_its_checkpoint_and_nothing_is_lost(tmp_path):
