@@ -76,3 +76,12 @@ def test_the_gate_stops_between_ticks_and_the_last_batch_is_delivered_truncated(
     assert [len(b["action"]) for b in batches] == [4, 3]
     assert batches[-1]["truncated"][-1] and not batches[-1]["terminated"][-1]
     assert "final_obs.state" in batches[-1]
+
+
+def test_episode_ids_stay_each_actors_own_whatever_a_restarted_learner_offers():
+    from robolearn.actor.loop import first_episode_id
+
+    for at_least in range(0, 12):  # a restarted learner offers max id + 1: either parity
+        ids = [first_episode_id(at_least, i, 2) for i in (0, 1)]
+        assert [x % 2 for x in ids] == [0, 1] and all(at_least <= x < at_least + 2 for x in ids)
+    assert first_episode_id(7, 2, 3) == 8 and first_episode_id(9, 0, 3) == 9

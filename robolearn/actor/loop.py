@@ -182,7 +182,7 @@ class Actor:
         ledger = StepLedger(self.run.ledger(self.name), self.robot_id)
         loop = EpisodeLoop(self.env, self.executor, self.clock, self._human(), subscribers=[ledger, recorder, self],
                            gate=self._gate, policy_version=lambda: self.weights.version)
-        episode_id = self._first_episode_id(int(endpoints["next_episode_id"]) + self.index, spool)
+        episode_id = self._first_episode_id(int(endpoints["next_episode_id"]), spool)
         while not self.stop and not self._share_taken():
             spool.note("next_episode", episode_id + cfg.runtime.total_actors)  # a restart continues past it
             result = loop.run(seed=cfg.seed * 1_000_003 + episode_id, episode_id=episode_id)
@@ -206,17 +206,17 @@ class Actor:
         self.sender.close()
         ctx.term()
 
-    def _first_episode_id(self, offered: int, spool: Spool) -> int:
-        """The learner offers ids past what its buffer held when it started; an earlier process of this actor
-        (restarted by the runtime) may have used ids past that, and batches still in the spool may be past it
-        too, so start past all of them: ids stay unique (and ``index`` mod actors)."""
-        spooled = [-1, (spool.noted("next_episode") or 0) - 1]
+    def _first_episode_id(self, next_free: int, spool: Spool) -> int:
+        """Episode ids of actor ``index`` are ``index`` mod the run's actors, so no two actors ever share one.
+        The first is past ``next_free`` (what the learner's buffer held when it last started: a restarted
+        learner offers a new one, of any residue), past what an earlier process of this actor used (the
+        spool's note) and past every batch still spooled."""
+        used = [next_free - 1, (spool.noted("next_episode") or 0) - 1]
         for seq in spool.pending():
             frames = spool.read(seq)
             if frames:
-                spooled.append(int(decode(frames, frozenset({TRANSITIONS})).arrays["episode_id"][-1]))
-        step = self.cfg.runtime.total_actors
-        return offered + step * max(0, -(-(max(spooled) + 1 - offered) // step))
+                used.append(int(decode(frames, frozenset({TRANSITIONS})).arrays["episode_id"][-1]))
+        return first_episode_id(max(used) + 1, self.index, self.cfg.runtime.total_actors)
 
     def _share_taken(self) -> bool:
         return self.share is not None and self.env_steps >= self.share
@@ -340,6 +340,11 @@ class Actor:
             "p99_period_error_ms": clock.period_error_ms(0.99) if isinstance(clock, RealClock) else 0.0,
             "pid": os.getpid(), "final": final,
         })
+
+
+def first_episode_id(at_least: int, index: int, actors: int) -> int:
+    """The smallest episode id >= ``at_least`` that is actor ``index``'s (``index`` mod ``actors``)."""
+    return at_least + (index - at_least) % actors
 
 
 def main(run: RunDir, cfg: RunConfig, index: int) -> int:
