@@ -140,6 +140,7 @@ class RuntimeConfig(ChoiceConfig, Protocol):
     host: str
     num_actors: int
     keys_dir: str | None
+    policy_server: bool
     lease_ttl_s: float
     status_every_s: float
     startup_timeout_s: float
@@ -205,6 +206,9 @@ def validate(cfg: DictConfig | dict) -> RunConfig:
     if cfg.learner.learning == "sync" and cfg.runtime.total_actors != 1:
         raise ConfigError("config error at 'learner.learning': sync is a one-robot baseline; "
                           "set runtime.num_actors=1")
+    if cfg.runtime.policy_server and not cfg.actor.realtime:
+        raise ConfigError("config error at 'runtime.policy_server': a policy server answers in wall time, so the "
+                          "actors must pace their robots in wall time too; set actor.realtime=true")
     return cfg
 
 
@@ -219,6 +223,10 @@ def check_buildable(cfg: RunConfig) -> None:
         policy = build_policy(cfg, obs_spec, action_spec)
     except (ValueError, NotImplementedError) as exc:
         raise ConfigError(f"config error at 'policy={cfg.policy.name}' for task={cfg.task.name}: {exc}") from None
+    if cfg.actor.realtime and cfg.actor.async_inference and getattr(policy, "horizon", 1) < 2:
+        raise ConfigError("config error at 'actor.async_inference': the loop never waits for the policy, so a chunk "
+                          "is used one tick after it is asked for at the earliest, and a policy of one action per "
+                          "chunk would stall every tick; set policy.chunk_horizon above the inference delay in ticks")
     try:
         registry.lookup("algo", cfg.algo.name).factory(policy, cfg.algo, cfg.seed)
     except (ValueError, NotImplementedError) as exc:

@@ -20,6 +20,11 @@ class RunDir:
         return self.root / "endpoints.json"
 
     @property
+    def policy_server(self) -> Path:
+        """Where the run's policy server (``runtime.policy_server``) says it listens, once it is serving."""
+        return self.root / "policy_server.json"
+
+    @property
     def resources(self) -> Path:
         return self.root / "resources.json"
 

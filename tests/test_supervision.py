@@ -17,7 +17,7 @@ def test_a_process_that_dies_before_it_is_ready_is_restarted_with_growing_back_o
     run = RunDir(tmp_path)  # no config.yaml: every actor process exits at start
     runtime = LocalRuntimeConfig(actor_restarts=3, restart_window_s=600, restart_backoff_s=0.5)
     leases = LeaseManager([])
-    procs = {"actor-0": WorkerProcess("actor-0", run, ["actor", str(run.root), "0"])}
+    procs = {"actor-0": WorkerProcess("actor-0", run)}
     supervisor = Supervisor(run, procs, leases, runtime)
     started, failure, t0 = [], "", time.monotonic()
     pids = {procs["actor-0"].popen.pid}

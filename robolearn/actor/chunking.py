@@ -130,10 +130,13 @@ class ChunkExecutor:
 
     def __init__(self, client: ChunkClient, action_spec: ActionSpec, horizon: int, config: ChunkingConfig | None = None,
                  robot_id: str = "", before_request: Callable[[], None] | None = None,
-                 on_chunk: Callable[[int, np.ndarray], None] | None = None) -> None:
+                 on_chunk: Callable[[int, np.ndarray], None] | None = None,
+                 while_waiting: Callable[[], bool] | None = None) -> None:
         self.client = client
         self.before_request = before_request  # e.g. load the newest weights: each chunk is one version
         self.on_chunk = on_chunk              # (start tick, (H, A) robot units) of each chunk received
+        self.while_waiting = while_waiting    # called every 20 ms while an episode waits for its first chunk
+                                              # (real clock); False: stop waiting (the process is stopping)
         self.action_spec = action_spec
         self.horizon = horizon
         self.cfg = config or ChunkingConfig()
@@ -230,14 +233,24 @@ class ChunkExecutor:
         self.queue.clear()
         self._in_flight = None
         self._request(tick, observation, two_stage=False)  # at rest: a later observation is the same
-        t0 = time.perf_counter()
+        t0 = t_asked = t_hook = time.perf_counter()
         while self._in_flight is not None:
             # at rest time does not count: take the answer whenever it is ready (a simulated clock's
             # answer is due some ticks later, so ask for everything due up to far in the future)
             for resp in self.client.poll(tick + 10**9):
                 self._splice(resp, tick, measure=False)
-            if self._in_flight is not None and real:
-                time.sleep(0.0005)
+            if self._in_flight is None or not real:
+                continue
+            time.sleep(0.0005)
+            now = time.perf_counter()
+            if now - t_asked > self.cfg.request_timeout * clock.period:  # lost (a policy server restarted)
+                self._request(tick, observation, two_stage=False)
+                self.metrics.resent += 1
+                t_asked = t0 = now  # the delay measured is that of the answered request
+            if self.while_waiting is not None and now - t_hook > 0.02:
+                t_hook = now
+                if not self.while_waiting():
+                    return
         if real:
             self.delay.add(int(np.ceil((time.perf_counter() - t0) / clock.period)))
 

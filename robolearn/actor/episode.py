@@ -7,8 +7,9 @@ One tick, in the shape of openpi's runtime step:
     act        ``TickDriver``: the human's action while a teleop intervenes, else the chunk executor's
                (splice arrived chunks, ask for the next one, pop the action for this tick; a stall holds
                the last safe command)
-    apply      ``env.step(action)``
-    notify     every subscriber's ``on_step(StepRecord)``; then ``clock.wait()`` paces the next tick
+    apply      every subscriber's ``on_apply(episode_id, step)`` (the step is begun), then ``env.step(action)``
+    notify     every subscriber's ``on_step(StepRecord)``, in the order given (the journal first: the record
+               of a step is on disk before anything else is done with it); then ``clock.wait()`` paces
 
 Who does what around that is attached, not written into the loop: ``gate(tick)`` is asked before each
 tick and may hold the robot (pacing, throttling) or stop the episode (stop flag, budget, lost lease);
@@ -130,6 +131,9 @@ class EpisodeSubscriber(Protocol):
     def on_episode_start(self, episode_id: int, seed: int, obs: dict[str, np.ndarray]) -> None:
         """After the reset, before the first request for a chunk."""
 
+    def on_apply(self, episode_id: int, step: int) -> None:
+        """Just before ``env.step``: the robot is about to execute this step's action."""
+
     def on_step(self, step: StepRecord) -> None: ...
 
     def on_episode_end(self, result: EpisodeResult) -> None: ...
@@ -182,6 +186,7 @@ class EpisodeLoop:
                 stopped = True
                 break
             action, fields, stalled = self.driver.act(self.tick, obs, self.policy_version())
+            self._notify("on_apply", episode_id, step)
             t_act = time.time()
             next_obs, reward, terminated, truncated, info = self.env.step(action)
             self.driver.executed(action)

@@ -4,13 +4,14 @@
     episodes (``actor.episode.EpisodeLoop``):
         gate before each tick   sim pacing (the learner's utd ratio), max_policy_lag, stop / budget / lost lease
         each tick               observe -> act (chunk executor or the human) -> apply -> notify:
-                                ``StepLedger`` records, ``TransitionRecorder`` journals steps and sends batches,
-                                this actor counts, polls weights, writes status
+                                ``TransitionRecorder`` journals the step and sends batches, then ``StepLedger``
+                                notes it recorded (it noted the step begun before the apply), this actor counts, polls weights, writes status
         each episode end        learner.learning=sync: wait until the learner did the updates due
     disconnect the robot -> release the lease
 
 The newest received weights are loaded just before each chunk request, so every chunk comes from one
-version. Inference runs in this process: with ``actor.realtime=false`` under a simulated clock (an
+version. Inference runs in this process (unless ``runtime.policy_server=true``: then one policy server process
+answers every actor of this machine, ``runtime.policy_server``): with ``actor.realtime=false`` under a simulated clock (an
 inference takes ``actor.inference_delay_ticks`` ticks, and the loop runs as fast as the learner's
 update-to-data ratio allows); with ``realtime=true`` the loop sleeps to the robot's control period, as
 on hardware, and the policy runs inside the tick or, with ``actor.async_inference=true``, on a worker
@@ -38,7 +39,7 @@ from robolearn.builders import build_policy, build_task
 from robolearn.clock import Clock, DelaySampler, RealClock, SimClock
 from robolearn.hardware.resources import LeaseClient
 from robolearn.hardware.teleop import Intervener
-from robolearn.inference.client import ChunkClient, SimulatedLatencyClient, ThreadedClient
+from robolearn.inference.client import ChunkClient, RemoteClient, SimulatedLatencyClient, ThreadedClient
 from robolearn.inference.runner import ChunkPolicyRunner
 from robolearn.logging.recording import Recording
 from robolearn.logging.status import read_json, write_json_atomic
@@ -123,10 +124,20 @@ class Actor:
             return None
         return lookup("human", self.settings.human).factory(self.env)
 
-    def _client(self, runner: ChunkPolicyRunner) -> tuple[Clock, ChunkClient]:
+    def _client(self, runner: ChunkPolicyRunner, ctx: zmq.Context) -> tuple[Clock, ChunkClient] | None:
+        """None: stopped while waiting for the policy server."""
         settings = self.settings
         if settings.realtime:
             clock = RealClock(self.env.robot.config.control_hz)
+            if self.cfg.runtime.policy_server:  # the run's one policy server process (it follows the learner)
+                server = self._wait_for_file(self.run.policy_server, "policy server")
+                if server is None:
+                    return None
+                print(f"[{self.name}] asking the policy server at {server['endpoint']} for chunks", flush=True)
+                # inside the tick (no async_inference): wait up to half the period for each answer
+                wait_s = 0.0 if settings.async_inference else 0.5 * clock.period
+                return clock, RemoteClient(server["endpoint"], self.robot_id, getattr(self.policy, "horizon", 1),
+                                           self.env.action_spec.dim, ctx, self.keys, wait_s=wait_s)
             if settings.async_inference:  # a worker thread; the loop never waits for the policy
                 return clock, ThreadedClient(runner, threads=settings.threads)
             # inside the tick: fine while a forward pass is a small part of the control period
@@ -170,17 +181,21 @@ class Actor:
 
         self.runner = ChunkPolicyRunner(self.policy, self.env.observation_spec, self.env.action_spec.dim,
                                         version=self.weights.version, explore=True)
-        self.clock, client = self._client(self.runner)
+        got = self._client(self.runner, ctx)
+        if got is None:
+            return
+        self.clock, client = got
         self.recording = Recording(self.run.root, cfg.run_name, self.run.root / f"{self.name}.rrd")
         self.executor = ChunkExecutor(client, self.env.action_spec, getattr(self.policy, "horizon", 1),
                                       self.settings.chunking, self.robot_id, before_request=self._newest_weights,
                                       on_chunk=lambda start, chunk: self.recording.log_chunk(self.robot_id, start,
-                                                                                             chunk))
+                                                                                             chunk),
+                                      while_waiting=self._while_waiting_for_chunk)
         recorder = TransitionRecorder(self.env.observation_spec,
                                       lambda arrays: self.sender.send(self.robot_id, arrays), self.settings.send_every,
                                       stage=lambda step: self.sender.stage(self.robot_id, step))
         ledger = StepLedger(self.run.ledger(self.name), self.robot_id)
-        loop = EpisodeLoop(self.env, self.executor, self.clock, self._human(), subscribers=[ledger, recorder, self],
+        loop = EpisodeLoop(self.env, self.executor, self.clock, self._human(), subscribers=[recorder, ledger, self],
                            gate=self._gate, policy_version=lambda: self.weights.version)
         episode_id = self._first_episode_id(int(endpoints["next_episode_id"]), spool)
         while not self.stop and not self._share_taken():
@@ -253,6 +268,12 @@ class Actor:
         while self.sender.spool.full and not self.stop:
             self.sender.poll(timeout_ms=50)
         self.spool_full_s += time.monotonic() - t0
+
+    def _while_waiting_for_chunk(self) -> bool:
+        """An episode's first chunk is late (the policy server restarting): keep the channels going meanwhile."""
+        self.weights.poll()
+        self.sender.poll()
+        return not self.stop
 
     def _wait_a_moment(self) -> None:
         """One beat of a wait for the learner: weights and status in, and the transitions channel kept going

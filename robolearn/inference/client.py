@@ -11,13 +11,17 @@ finishes the chunk with it; they say so with ``takes_mid_observation = True``.
 ``SimulatedLatencyClient``: evaluates the policy at once and releases the answer ``clock.inference_ticks()``
 ticks later (deterministic for a seed; runs faster than real time). ``ThreadedClient``: the policy runs
 in a worker thread in this process; answers arrive when they are done. ``RemoteClient``: a DEALER
-socket to a ``PolicyServer`` process.
+socket to a ``PolicyServer`` process; with ``wait_s`` its polls wait that long after a request for the
+answer (inference inside the tick, over the wire: a one-action chunk is usable only in the tick it was
+asked in), else never.
 """
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
+import time
 from typing import Protocol
 
 import numpy as np
@@ -148,7 +152,9 @@ class RemoteClient:
     the chunk this robot expects, (``horizon``, ``action_dim``), before the executor sees it."""
 
     def __init__(self, endpoint: str, robot_id: str, horizon: int, action_dim: int,
-                 ctx: zmq.Context | None = None, keys: CurveKeys | None = None) -> None:
+                 ctx: zmq.Context | None = None, keys: CurveKeys | None = None, wait_s: float = 0.0) -> None:
+        self.wait_s = wait_s
+        self._asked_at: float | None = None  # the unanswered request's submit time, while waiting for it
         self._own_ctx = ctx is None
         self.ctx = ctx or zmq.Context()
         self.horizon, self.action_dim = horizon, action_dim
@@ -167,11 +173,16 @@ class RemoteClient:
         except zmq.Again:
             pass  # server unreachable and the queue full: the executor's timeout re-sends
         self._seq += 1
+        self._asked_at = time.perf_counter() if self.wait_s else None
 
     def poll(self, tick: int, timeout_ms: int = 0) -> list[ChunkResponse]:
         out = []
-        if timeout_ms and not self.sock.poll(timeout_ms):
+        if self._asked_at is not None:  # inside the tick: wait out the rest of wait_s for the answer
+            timeout_ms = max(timeout_ms, math.ceil(1e3 * (self._asked_at + self.wait_s - time.perf_counter())))
+        if timeout_ms > 0 and not self.sock.poll(timeout_ms):
+            self._asked_at = None  # not this tick: it is spliced whenever it comes (or asked again)
             return out
+        self._asked_at = None
         while (msg := recv_valid(self.sock, self.rejects, frozenset({RESPONSE}))) is not None:
             try:
                 out.append(response_from_wire(msg, self.horizon, self.action_dim))

@@ -1,15 +1,17 @@
 """``robolearn buffer audit RUN_DIR``: every step the robots took against what the buffer holds.
 
-Three independent sources, each read as stored on disk: the actors' ledgers (``actor.step_ledger``: one line
-per executed step, written as it happens), the buffer's log (every stored transitions record, counted
+Three independent sources, each read as stored on disk: the actors' ledgers (``actor.step_ledger``: a line
+as each step begins, and one once its record is journaled), the buffer's log (every stored transitions record, counted
 record by record, not through the index that refuses duplicates) and the actors' spools (batches and
 journaled steps not acknowledged yet). A step is named by (episode id, step): episode ids are unique
 across a run's actors and their restarts.
 
-    lost       taken (ledger) but neither stored nor still spooled
-    duplicate  stored more than once
-    pending    taken, not stored, still spooled (sent on the next start of that actor)
-    unledgered stored but in no ledger (an older run without ledgers, or steps from elsewhere)
+    lost         recorded (ledger) but neither stored nor still spooled
+    duplicate    stored more than once
+    pending      recorded, not stored, still spooled (sent on the next start of that actor)
+    interrupted  begun, never recorded, stored nowhere: a kill between the robot executing the step and its
+                 record reaching the journal (the outcome existed only in the dead process)
+    unledgered   stored but in no ledger (steps from elsewhere)
 
 Read-only: safe on a run that is still going, though its figures then move.
 """
@@ -40,11 +42,13 @@ def audit_run(run_dir: str | Path, joined: tuple[str | Path, ...] = ()) -> dict:
     run = RunDir(Path(run_dir))
     roots = [run.root, *map(Path, joined)]
     produced: Counter[Step] = Counter()
+    begun: Counter[Step] = Counter()
     by_actor = {}
     for path in sorted(p for root in roots for p in (root / "ledger").glob("*.log")):
-        steps = read_ledger(path)
-        by_actor[path.stem] = len(steps)
-        produced.update(steps)
+        ledger = read_ledger(path)
+        by_actor[path.stem] = len(ledger.recorded)
+        produced.update(ledger.recorded)
+        begun.update(ledger.begun)
     stored: Counter[Step] = Counter()
     log = SegmentLog(run.buffer, read_only=True)
     for _, msg in log.read_messages(RECORD_TYPES):
@@ -56,6 +60,7 @@ def audit_run(run_dir: str | Path, joined: tuple[str | Path, ...] = ()) -> dict:
         for frames in spooled_messages(spool):
             pending.update(_steps(decode(frames, frozenset({TRANSITIONS})).arrays))
     lost = sorted(s for s in produced if s not in stored and s not in pending)
+    interrupted = sorted(s for s in begun if s not in produced and s not in stored and s not in pending)
     return {
         "run_dir": str(run.root),
         "produced_steps": sum(produced.values()), "produced_by_actor": by_actor,
@@ -63,7 +68,8 @@ def audit_run(run_dir: str | Path, joined: tuple[str | Path, ...] = ()) -> dict:
         "lost_steps": len(lost), "lost_examples": lost[:10],
         "duplicate_steps": sum(n - 1 for n in stored.values()),
         "pending_steps": sum(1 for s in produced if s not in stored and s in pending),
-        "steps_taken_twice": sum(n - 1 for n in produced.values()),  # an episode id a restart reused
-        "unledgered_steps": sum(1 for s in stored if s not in produced),
+        "interrupted_steps": len(interrupted), "interrupted_examples": interrupted[:10],
+        "steps_taken_twice": sum(n - 1 for n in begun.values()),  # an episode id a restart reused
+        "unledgered_steps": sum(1 for s in stored if s not in produced and s not in begun),
         "problems": log.problems,
     }

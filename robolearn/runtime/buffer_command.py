@@ -74,6 +74,7 @@ def audit(args: argparse.Namespace) -> int:
                   f"({', '.join(f'{k} {v}' for k, v in report['produced_by_actor'].items())})")
         for key, label in (("stored_steps", "stored in the buffer"), ("lost_steps", "lost"),
                            ("duplicate_steps", "stored twice"), ("pending_steps", "still spooled (sent on restart)"),
+                           ("interrupted_steps", "cut by a kill inside the step (never recorded)"),
                            ("steps_taken_twice", "taken twice (a reused episode id)"),
                            ("unledgered_steps", "stored, in no ledger")):
             t.add_row(label, str(report[key]))

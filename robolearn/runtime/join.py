@@ -60,6 +60,7 @@ def prepare(args: argparse.Namespace, info: RunInfo) -> RunDir:
     container = OmegaConf.to_container(OmegaConf.create(info.config_yaml))
     container["runtime"]["keys_dir"] = str(Path(args.keys_dir).resolve()) if args.keys_dir else None
     container["runtime"]["joined"] = args.endpoint
+    container["runtime"]["policy_server"] = False  # the run's policy server serves its own machine: infer here
     validate(container)  # ConfigError names what this machine cannot build
     mine = run.root / "run_id"
     if mine.exists() and mine.read_text().strip() != info.run_id:  # its spool and kept weights are another run's
@@ -107,7 +108,7 @@ def main(argv: list[str]) -> int:
     kind = robot_type(cfg)
     leases = LeaseManager(resources_for(cfg.robot, kind, args.actors), cfg.runtime.lease_ttl_s)
     write_json_atomic(run.resources, {"endpoint": leases.serve("127.0.0.1"), "type": kind, "curve": False})
-    procs = {name: WorkerProcess(name, run, ["actor", str(run.root), name.removeprefix("actor-")]) for name in names}
+    procs = {name: WorkerProcess(name, run) for name in names}
     write_json_atomic(run.root / "pids.json", {k: p.popen.pid for k, p in procs.items()})
     supervisor = Supervisor(run, procs, leases, cfg.runtime)
     print(f"joined run {info.run_name!r} at {args.endpoint} as {', '.join(names)}; local run directory {run.root}",

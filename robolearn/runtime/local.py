@@ -1,9 +1,10 @@
-"""The embedded local runtime: a learner process and actor processes on this machine.
+"""The embedded local runtime: a learner process and actor processes on this machine (and, with
+``runtime.policy_server=true``, a policy server process the actors ask for chunks).
 
-    start learner -> wait for its endpoints.json -> start actors -> watch:
+    start learner -> wait for its endpoints.json -> [start the policy server] -> start actors -> watch:
         live console line from the processes' status files; restart a process that dies (``Supervisor``);
         stop when the budget is spent, on Ctrl-C, or when a process is out of restarts -> stop actors
-        (they flush), then the learner
+        (they flush), then the policy server, then the learner
         (it drains, persists, checkpoints) -> print and write the summary.
 """
 
@@ -43,6 +44,8 @@ class LocalRuntimeConfig:
     join_port: int = 0            # where robot PCs ask for the run (robolearn join tcp://host:port); 0: any free
     joined: str | None = None     # set by robolearn join in a robot PC's copy: the run it joined (its keys_dir is
                                   # then that machine's client folder)
+    policy_server: bool = False   # true: this machine's actors ask one policy server process for their chunks
+                                  # (needs actor.realtime=true) instead of each running the policy itself
     lease_ttl_s: float = 5.0      # an actor's robot lease expires this long after its last heartbeat
     status_every_s: float = 0.5   # each process rewrites its status file this often
     startup_timeout_s: float = 120.0
@@ -50,6 +53,7 @@ class LocalRuntimeConfig:
     live_console: bool = True     # rich live line on a terminal; plain lines every 10 s otherwise
     actor_restarts: int = 5       # a dead actor is restarted (its lease freed at once), at most this often ...
     learner_restarts: int = 5     # ... and a dead learner (from its last checkpoint) ...
+    server_restarts: int = 5      # ... and a dead policy server (the newest weights, then the learner's) ...
     restart_window_s: float = 600.0  # ... within this many seconds; one more ends the run
     restart_backoff_s: float = 1.0  # at once, unless it died k times in a row before it was acting (or the
                                     # learner listening): then after backoff * (2^(k-1) - 1), so a crash loop
@@ -59,9 +63,10 @@ class LocalRuntimeConfig:
         if self.num_actors < 0 or self.remote_actors < 0 or self.total_actors < 1:
             raise ValueError(f"runtime.num_actors ({self.num_actors}) and runtime.remote_actors "
                              f"({self.remote_actors}) must be >= 0, with at least one actor in all")
-        if min(self.actor_restarts, self.learner_restarts, self.restart_window_s, self.restart_backoff_s) < 0:
-            raise ValueError("runtime.actor_restarts, learner_restarts, restart_window_s and restart_backoff_s "
-                             "must be >= 0")
+        if min(self.actor_restarts, self.learner_restarts, self.server_restarts, self.restart_window_s,
+               self.restart_backoff_s) < 0:
+            raise ValueError("runtime.actor_restarts, learner_restarts, server_restarts, restart_window_s and "
+                             "restart_backoff_s must be >= 0")
         if not is_loopback(self.host) and self.keys_dir is None:
             raise ValueError(f"runtime.host={self.host!r} is not a loopback address: a non-loopback bind needs "
                              "CurveZMQ keys (robolearn keys generate DIR, then runtime.keys_dir=DIR/server)")
@@ -80,7 +85,7 @@ class LocalRuntimeConfig:
 def run_local(cfg: RunConfig, run: RunDir) -> dict:
     """Run until the budget is spent or Ctrl-C; return the summary (also written to summary.json)."""
     runtime: LocalRuntimeConfig = cfg.runtime
-    for stale in [run.endpoints, run.resources, *run.root.glob("status/*.json")]:
+    for stale in [run.endpoints, run.resources, run.policy_server, *run.root.glob("status/*.json")]:
         stale.unlink(missing_ok=True)
     console = Console()
     t0 = time.monotonic()
@@ -89,7 +94,7 @@ def run_local(cfg: RunConfig, run: RunDir) -> dict:
     leases = LeaseManager(resources_for(cfg.robot, kind, runtime.num_actors), runtime.lease_ttl_s)
     write_json_atomic(run.resources, {"endpoint": leases.serve(runtime.host, load_keys(runtime.keys_dir)),
                                       "type": kind, "curve": runtime.keys_dir is not None})
-    procs: dict[str, WorkerProcess] = {"learner": WorkerProcess("learner", run, ["learner", str(run.root)])}
+    procs: dict[str, WorkerProcess] = {"learner": WorkerProcess("learner", run)}
     write_json_atomic(run.root / "pids.json", {"learner": procs["learner"].popen.pid})
     failure = ""
     stop_reason = ""
@@ -107,8 +112,10 @@ def run_local(cfg: RunConfig, run: RunDir) -> dict:
         if interrupted:
             stop_reason = f"interrupted ({interrupted[0]}) during start-up"
         else:
+            if runtime.policy_server:  # the actors wait for its policy_server.json
+                procs["policy-server"] = WorkerProcess("policy-server", run)
             for i in range(runtime.num_actors):
-                procs[f"actor-{i}"] = WorkerProcess(f"actor-{i}", run, ["actor", str(run.root), str(i)])
+                procs[f"actor-{i}"] = WorkerProcess(f"actor-{i}", run)
             write_json_atomic(run.root / "pids.json", {k: p.popen.pid for k, p in procs.items()})
             stop_reason, failure = _watch(cfg, run, procs, console, interrupted, supervisor)
     except RuntimeError as exc:
@@ -117,8 +124,8 @@ def run_local(cfg: RunConfig, run: RunDir) -> dict:
         codes = {}
         if joins is not None:
             joins.announce_stop()  # joined actors stop and drain while the learner is still up
-        for name, proc in procs.items():  # actors first (they flush), then the learner (it drains)
-            if name != "learner":
+        for name, proc in procs.items():  # actors first (they flush), then the policy server, then the learner
+            if name.startswith("actor-"):
                 codes[name] = proc.stop(runtime.shutdown_timeout_s)
         if joins is not None:
             missing = joins.wait_for_leaves(runtime.shutdown_timeout_s)
@@ -126,7 +133,9 @@ def run_local(cfg: RunConfig, run: RunDir) -> dict:
                 print(f"[runtime] {', '.join(sorted(missing))} (joined from elsewhere) did not say it drained within "
                       f"{runtime.shutdown_timeout_s:.0f} s; what it holds stays in its spool there", file=sys.stderr)
             joins.close()
-        codes["learner"] = procs["learner"].stop(runtime.shutdown_timeout_s)
+        for name in ("policy-server", "learner"):
+            if name in procs:
+                codes[name] = procs[name].stop(runtime.shutdown_timeout_s)
         leases.close()
         run.resources.unlink(missing_ok=True)
     summary = _summary(run, procs, time.monotonic() - t0, stop_reason, failure, codes)
@@ -203,7 +212,7 @@ class _NoLive:
 
 def _collect(run: RunDir, procs: dict) -> dict:
     learner = read_json(run.status("learner")) or {}
-    actors = [read_json(run.status(n)) or {} for n in procs if n != "learner"]
+    actors = [read_json(run.status(n)) or {} for n in procs if n.startswith("actor-")]
     return {
         "learner": learner, "actors": actors,
         "env_steps": learner.get("env_steps", 0),
@@ -248,6 +257,7 @@ def _summary(run: RunDir, procs: dict, wall_s: float, stop_reason: str, failure:
         "p99_period_error_ms": max((a.get("p99_period_error_ms", 0.0) for a in status["actors"]), default=0.0),
         "chunk_utilisation": min((a.get("chunk_utilisation", 0.0) for a in status["actors"]), default=0.0),
         "duplicate_batches": learner.get("duplicate_batches", 0),
+        "policy_server": read_json(run.status("policy-server")) if "policy-server" in procs else None,
         "out_of_order_batches": learner.get("out_of_order_batches", 0), "cut_episodes": learner.get("cut_episodes", 0),
         "batches_unacked": sum(a.get("batches_unacked", 0) for a in status["actors"]),
         "actors": [{k: a.get(k) for k in ("robot_id", "env_steps", "episodes", "versions_received", "stalled_ticks",

@@ -1,8 +1,13 @@
-"""The policy server process: ``python -m robolearn.runtime.policy_server --task T --policy P ...``.
+"""The policy server process, in two forms.
 
-An entry point: it registers the built-ins, builds the policy for the task's specs (opening no hardware)
-and serves it with ``inference.server.PolicyServer`` until SIGINT/SIGTERM. ``spawn_server`` starts one
-and waits until it is bound.
+- Standalone: ``python -m robolearn.runtime.policy_server --task T --policy P ...`` registers the built-ins,
+  builds the policy for the task's specs (opening no hardware) and serves it with
+  ``inference.server.PolicyServer`` until SIGINT/SIGTERM. ``spawn_server`` starts one and waits until it is bound.
+- A run's (``runtime.policy_server=true``): ``serve_run``, the ``policy-server`` worker of the local runtime.
+  It follows the learner's weights, answers this machine's actors, and is supervised like the learner:
+  a replacement starts from the run's last checkpoint and binds the port its predecessor had, so the
+  actors' sockets reconnect by themselves (a request lost with the old process is re-sent by the actor's
+  chunk executor). It says it is serving in ``policy_server.json`` once it holds weights.
 """
 
 from __future__ import annotations
@@ -15,12 +20,23 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
+from robolearn.builders import build_policy, task_specs
+from robolearn.checkpoint import load_checkpoint
+from robolearn.inference.runner import ChunkPolicyRunner
 from robolearn.inference.server import PolicyServer, build_runner
+from robolearn.logging.status import read_json, write_json_atomic
+from robolearn.rundir import RunDir
 from robolearn.runtime.builtins import register_builtins
+from robolearn.stop_flag import StopFlag
 from robolearn.transport.security import load_keys
+from robolearn.transport.sockets import endpoint_port
+
+if TYPE_CHECKING:  # the config is built above this layer (robolearn.config); only its type is named here
+    from robolearn.config import RunConfig
 
 
 def spawn_server(task: str, policy: str, weights: str | None, endpoint_file: Path, port: int = 0,
@@ -46,6 +62,55 @@ def spawn_server(task: str, policy: str, weights: str | None, endpoint_file: Pat
             raise TimeoutError(f"policy server not bound after {timeout_s:.0f} s")
         time.sleep(0.05)
     return proc, json.loads(endpoint_file.read_text())["endpoint"]
+
+
+def serve_run(run: RunDir, cfg: RunConfig) -> int:
+    """The run's policy server until SIGTERM (or the runtime is gone); returns the exit code."""
+    stop = StopFlag()
+    torch.set_num_threads(cfg.actor.threads)
+    deadline = time.monotonic() + cfg.runtime.startup_timeout_s
+    while not (endpoints := read_json(run.endpoints)):
+        if stop or time.monotonic() > deadline:
+            print("[policy-server] no learner endpoints" + ("" if stop else " in time"), file=sys.stderr, flush=True)
+            return 0 if stop else 2
+        time.sleep(0.05)
+    obs_spec, action_spec = task_specs(cfg)
+    policy = build_policy(cfg, obs_spec, action_spec)
+    runner = ChunkPolicyRunner(policy, obs_spec, action_spec.dim, explore=True)  # actors collect with it
+    held = False
+    if run.checkpoint.exists():  # a replacement: serve the last checkpoint's weights until newer ones come
+        ckpt = load_checkpoint(run.checkpoint)
+        policy.load_state_dict(ckpt.policy_weights)
+        runner.version, held = ckpt.version, True
+    earlier = read_json(run.policy_server) or {}  # the actors are connected to that port
+    server = PolicyServer(runner, cfg.runtime.host, endpoint_port(earlier.get("endpoint")) or 0,
+                          weights_endpoint=endpoints["weights"], keys=load_keys(cfg.runtime.keys_dir))
+    assert server.weights is not None
+    while not held and not stop:  # a first start: nothing to answer with before the learner's first weights
+        server.weights.poll(timeout_ms=50)
+        if server.weights.apply_pending():
+            runner.version, held = server.weights.version, True
+        elif time.monotonic() > deadline:
+            print("[policy-server] no weights from the learner in time", file=sys.stderr, flush=True)
+            server.close()
+            return 2
+    write_json_atomic(run.policy_server, {"endpoint": server.endpoint, "pid": os.getpid()})
+    print(f"[policy-server] serving v{runner.version} on {server.endpoint}", flush=True)
+    t_status = t_print = 0.0
+    while not stop:
+        server.serve_once(50)
+        now = time.monotonic()
+        if now - t_status >= cfg.runtime.status_every_s:
+            t_status = now
+            write_json_atomic(run.status("policy-server"), {
+                "pid": os.getpid(), "version": runner.version, "requests": server.requests,
+                "batches": server.batches, "rejected_messages": server.rejects.total})
+        if now - t_print >= 10.0:
+            t_print = now
+            print(f"[policy-server] served {server.requests} requests in {server.batches} batches, v{runner.version},"
+                  f" rejected {server.rejects.total}", flush=True)
+    server.close()
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,5 @@
-"""Worker processes and their supervision: what restarts a dead learner or actor, shared by the local runtime
-(``runtime.local``) and a robot PC's ``robolearn join``."""
+"""Worker processes and their supervision: what restarts a dead learner, policy server or actor, shared by the
+local runtime (``runtime.local``) and a robot PC's ``robolearn join``."""
 
 from __future__ import annotations
 
@@ -32,11 +32,19 @@ def install_stop_signals() -> list[str]:
     return received
 
 
+def worker_args(name: str, run: RunDir) -> list[str]:
+    """The ``robolearn.runtime.worker`` arguments of process ``name``: learner, policy-server or actor-<i>."""
+    if name.startswith("actor-"):
+        return ["actor", str(run.root), name.removeprefix("actor-")]
+    return [name, str(run.root)]
+
+
 class WorkerProcess:
     """One worker (``python -m robolearn.runtime.worker``), its output appended to its log in the run directory."""
 
-    def __init__(self, name: str, run: RunDir, args: list[str]) -> None:
+    def __init__(self, name: str, run: RunDir) -> None:
         self.name = name
+        args = worker_args(name, run)
         run.log(name).parent.mkdir(parents=True, exist_ok=True)
         self.log = open(run.log(name), "a")
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -78,8 +86,10 @@ class Supervisor:
     re-leases a robot, turns what its predecessor journaled into a batch and re-sends its spool. The learner:
     a new one starts from the last checkpoint and the whole buffer log, on the same ports (the actors'
     sockets reconnect by themselves); meanwhile a simulated robot holds still (it waits for the learner's
-    status) and a real one goes on with the weights it has, spooling everything. A restart is ready when the
-    new process is acting (its first step) or, for the learner, listening again; ``restarts`` says when."""
+    status) and a real one goes on with the weights it has, spooling everything. The policy server: a new one
+    starts from the last checkpoint on the same port; meanwhile the actors' requests go unanswered and their
+    robots hold (stalls), and each request lost is asked again. A restart is ready when the new process is
+    acting (its first step) or, for the learner and the server, listening again; ``restarts`` says when."""
 
     def __init__(self, run: RunDir, procs: dict, leases: LeaseManager, runtime: LocalRuntimeConfig) -> None:
         self.run, self.procs, self.leases, self.runtime = run, procs, leases, runtime
@@ -92,7 +102,12 @@ class Supervisor:
         self._deaths: dict[str, list[float]] = {}  # process -> when it died, within the restart window
 
     def _allowed(self, name: str) -> int:
-        return self.runtime.learner_restarts if name == "learner" else self.runtime.actor_restarts
+        return {"learner": self.runtime.learner_restarts,
+                "policy-server": self.runtime.server_restarts}.get(name, self.runtime.actor_restarts)
+
+    @staticmethod
+    def _limit_key(name: str) -> str:
+        return {"learner": "learner_restarts", "policy-server": "server_restarts"}.get(name, "actor_restarts")
 
     def check(self, elapsed_s: float) -> str:
         """Handle dead processes; returns a failure message when the run cannot go on."""
@@ -106,7 +121,7 @@ class Supervisor:
             self._deaths[name] = recent
             if len(recent) > self._allowed(name):
                 return (f"{name} exited unexpectedly (code {code}), its restart {len(recent)} within "
-                        f"{runtime.restart_window_s:.0f} s (runtime.{name.split('-')[0]}_restarts="
+                        f"{runtime.restart_window_s:.0f} s (runtime.{self._limit_key(name)}="
                         f"{self._allowed(name)})")
             # killed once it was working (a crash, an OOM kill): back at once; dying again and again before it
             # gets going is a crash loop (a missing device, a bad config): wait 1, 3, 7, ... x backoff
@@ -117,8 +132,10 @@ class Supervisor:
                 last = read_json(self.run.status("learner")) or {}
                 if last.get("pid") == proc.popen.pid:  # (a learner that died before writing one counted nothing)
                     self.learner_counted[proc.popen.pid] = {key: last.get(key, 0) for key in LEARNER_COUNTERS}
-            freed = [] if name == "learner" else self.leases.release_holder(name)
-            what = "from its last checkpoint" if name == "learner" else f"freed {', '.join(freed) or 'no lease'}"
+            if name.startswith("actor-"):
+                what = f"freed {', '.join(self.leases.release_holder(name)) or 'no lease'}"
+            else:
+                what = "from its last checkpoint"
             print(f"[runtime] {name} exited (code {code}); restarting {what} in {delay:.1f} s "
                   f"({len(recent)}/{self._allowed(name)} within {runtime.restart_window_s:.0f} s)",
                   file=sys.stderr, flush=True)
@@ -130,9 +147,7 @@ class Supervisor:
         for name, at in list(self._due.items()):
             if now >= at:
                 del self._due[name]
-                args = ["learner", str(self.run.root)] if name == "learner" else \
-                    ["actor", str(self.run.root), name.removeprefix("actor-")]
-                self.procs[name] = WorkerProcess(name, self.run, args)
+                self.procs[name] = WorkerProcess(name, self.run)
                 write_json_atomic(self.run.root / "pids.json", {k: p.popen.pid for k, p in self.procs.items()})
         for name, proc in self.procs.items():
             if name not in self._due and proc.popen.pid not in self._ready_pids and self._ready(name, proc):
@@ -158,5 +173,7 @@ class Supervisor:
         pid = proc.popen.pid
         if name == "learner":
             return (read_json(self.run.endpoints) or {}).get("learner_pid") == pid
+        if name == "policy-server":
+            return (read_json(self.run.policy_server) or {}).get("pid") == pid
         status = read_json(self.run.status(name)) or {}
         return status.get("pid") == pid and status.get("env_steps", 0) > 0

@@ -1,4 +1,5 @@
-"""Entry point of a worker process: ``python -m robolearn.runtime.worker {learner|actor} RUN_DIR [INDEX]``.
+"""Entry point of a worker process: ``python -m robolearn.runtime.worker {learner|actor|policy-server} RUN_DIR
+[INDEX]``.
 
 Workers read the resolved config from the run directory, so nothing but a path crosses the process
 boundary at start-up (no pickled arguments).
@@ -15,8 +16,9 @@ from robolearn.runtime.builtins import register_builtins
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("learner", "actor"):
-        print("usage: python -m robolearn.runtime.worker {learner|actor} RUN_DIR [INDEX]", file=sys.stderr)
+    if len(argv) < 2 or argv[0] not in ("learner", "actor", "policy-server"):
+        print("usage: python -m robolearn.runtime.worker {learner|actor|policy-server} RUN_DIR [INDEX]",
+              file=sys.stderr)
         return 2
     register_builtins()
     run = RunDir(Path(argv[1]))
@@ -25,6 +27,10 @@ def main(argv: list[str]) -> int:
         from robolearn.learner.loop import main as learner_main
 
         return learner_main(run, cfg)
+    if argv[0] == "policy-server":
+        from robolearn.runtime.policy_server import serve_run
+
+        return serve_run(run, cfg)
     from robolearn.actor.loop import main as actor_main
 
     return actor_main(run, cfg, int(argv[2]) if len(argv) > 2 else 0)
