@@ -8,8 +8,8 @@ import pytest
 from robolearn.actor.step_ledger import StepLedger, read_ledger
 from robolearn.actor.transition_recorder import TransitionRecorder
 from robolearn.buffer.replay_buffer import ReplayBuffer
-from robolearn.runtime.audit import audit_run
 from robolearn.rundir import RunDir
+from robolearn.runtime.audit import audit_run
 from robolearn.sim.reach import ReachConfig
 from tests.test_episode_loop import CountingReach, _loop
 

@@ -128,6 +128,27 @@ def test_server_follows_the_learners_weight_versions(env):
         ctx.term()
 
 
+def test_the_request_a_dead_server_took_goes_again_to_its_replacement(env):
+    server = PolicyServer(make_runner(env))
+    client = RemoteClient(server.endpoint, "robot-0", H, A)
+    try:
+        client.submit(request(env, 0))
+        deadline = time.monotonic() + 5
+        while not server.sock.poll(10):  # the old server has it queued, and dies without answering
+            assert time.monotonic() < deadline
+        port = int(server.endpoint.rsplit(":", 1)[1])
+        server.close()
+        server = PolicyServer(make_runner(env), port=port)
+        got = []
+        while not got and time.monotonic() < deadline + 10:
+            got = client.poll(0, timeout_ms=20)  # the client, not the executor, asks again: submit is not called
+            server.serve_once(10)
+        assert [r.request_id for r in got] == [0] and client.resent == 1
+    finally:
+        client.close()
+        server.close()
+
+
 def start_server(tmp_path, weights, port=0):
     return spawn_server("reach", "flow_chunk", weights, tmp_path / "server.json", port, POLICY_CFG)
 

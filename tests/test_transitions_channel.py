@@ -212,7 +212,7 @@ def test_a_batch_ahead_of_a_missing_one_is_answered_later_and_the_missing_ones_g
         while not sender.sock.poll(0, zmq.POLLOUT) and time.monotonic() < deadline:
             time.sleep(0.02)  # connected again
         time.sleep(0.2)
-        assert sender._reconnected()  # taken now, so the re-send on reconnection cannot bring 0-5 back below
+        assert sender._connections.made()  # taken now, so the re-send on reconnection cannot bring 0-5 back below
         sender.send("sim_so101-0", batches[2])  # steps 6-8 arrive before 0-5
         t0 = time.monotonic()
         while spool.pending() and time.monotonic() - t0 < 10:

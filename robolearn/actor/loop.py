@@ -4,18 +4,19 @@
     episodes (``actor.episode.EpisodeLoop``):
         gate before each tick   sim pacing (the learner's utd ratio), max_policy_lag, stop / budget / lost lease
         each tick               observe -> act (chunk executor or the human) -> apply -> notify:
-                                ``TransitionRecorder`` journals the step and sends batches, then ``StepLedger``
-                                notes it recorded (it noted the step begun before the apply), this actor counts, polls weights, writes status
+                                ``TransitionRecorder`` journals the step and sends batches, then
+                                ``StepLedger`` notes it recorded (it noted it begun before the apply),
+                                this actor counts, polls weights, writes status
         each episode end        learner.learning=sync: wait until the learner did the updates due
     disconnect the robot -> release the lease
 
 The newest received weights are loaded just before each chunk request, so every chunk comes from one
-version. Inference runs in this process (unless ``runtime.policy_server=true``: then one policy server process
-answers every actor of this machine, ``runtime.policy_server``): with ``actor.realtime=false`` under a simulated clock (an
-inference takes ``actor.inference_delay_ticks`` ticks, and the loop runs as fast as the learner's
-update-to-data ratio allows); with ``realtime=true`` the loop sleeps to the robot's control period, as
-on hardware, and the policy runs inside the tick or, with ``actor.async_inference=true``, on a worker
-thread while the robot keeps executing (needs chunks longer than the delay in ticks).
+version. Inference runs in this process, unless ``runtime.policy_server=true`` (then the run's one policy
+server process answers every actor of this machine). With ``actor.realtime=false`` it runs under a
+simulated clock (an inference takes ``actor.inference_delay_ticks`` ticks, and the loop runs as fast as the
+learner's update-to-data ratio allows); with ``realtime=true`` the loop sleeps to the robot's control period,
+as on hardware, and the policy answers inside the tick or, with ``actor.async_inference=true``, while the
+robot keeps executing (a worker thread, or the server: needs chunks longer than the delay in ticks).
 """
 
 from __future__ import annotations

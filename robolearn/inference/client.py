@@ -39,8 +39,8 @@ from robolearn.inference.protocol import (
 )
 from robolearn.inference.runner import ChunkPolicyRunner
 from robolearn.transport.security import CurveKeys
-from robolearn.transport.sockets import RESPONSE_LIMITS, connect, limit_receive, recv_valid, send
-from robolearn.transport.wire import RejectCounter, WireError
+from robolearn.transport.sockets import RESPONSE_LIMITS, ConnectionWatch, connect, limit_receive, recv_valid
+from robolearn.transport.wire import RejectCounter, WireError, encode
 
 
 class ChunkClient(Protocol):
@@ -147,9 +147,10 @@ class ThreadedClient:
 
 
 class RemoteClient:
-    """Talks to a ``PolicyServer`` at ``endpoint``. zmq reconnects by itself when the server restarts;
-    a request lost with the old server is re-sent by the executor's timeout. Every answer is checked against
-    the chunk this robot expects, (``horizon``, ``action_dim``), before the executor sees it."""
+    """Talks to a ``PolicyServer`` at ``endpoint``. zmq reconnects by itself when the server restarts, and the
+    request the old server took with it goes again to the new one as soon as it is connected (the executor's
+    timeout is the fallback). Every answer is checked against the chunk this robot expects, (``horizon``,
+    ``action_dim``), before the executor sees it."""
 
     def __init__(self, endpoint: str, robot_id: str, horizon: int, action_dim: int,
                  ctx: zmq.Context | None = None, keys: CurveKeys | None = None, wait_s: float = 0.0) -> None:
@@ -161,22 +162,35 @@ class RemoteClient:
         self.sock = limit_receive(self.ctx.socket(zmq.DEALER), RESPONSE_LIMITS)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.SNDHWM, 16)
+        self._connections = ConnectionWatch(self.sock)
         connect(self.sock, endpoint, keys)
         self.robot_id = robot_id
         self.rejects = RejectCounter()
+        self.resent = 0  # requests sent again to a restarted server
         self._seq = 0
+        self._unanswered: tuple[int, list] | None = None  # (request id, wire frames) of the newest request
 
     def submit(self, request: ChunkRequest) -> None:
         meta, arrays = request_to_wire(request)
-        try:
-            send(self.sock, REQUEST, self.robot_id, self._seq, meta, arrays, flags=zmq.NOBLOCK)
-        except zmq.Again:
-            pass  # server unreachable and the queue full: the executor's timeout re-sends
+        frames = encode(REQUEST, self.robot_id, self._seq, meta, arrays)
         self._seq += 1
+        self._unanswered = (request.request_id, frames)
+        self._transmit(frames)
         self._asked_at = time.perf_counter() if self.wait_s else None
+
+    def _transmit(self, frames: list) -> None:
+        try:
+            self.sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            pass  # server unreachable and the queue full: sent again on the next connection
 
     def poll(self, tick: int, timeout_ms: int = 0) -> list[ChunkResponse]:
         out = []
+        # the first connection delivers what was queued before it; a later one is a new server process
+        made = self._connections.made()
+        if made and self._connections.connections > made and self._unanswered is not None:
+            self._transmit(self._unanswered[1])
+            self.resent += 1
         if self._asked_at is not None:  # inside the tick: wait out the rest of wait_s for the answer
             timeout_ms = max(timeout_ms, math.ceil(1e3 * (self._asked_at + self.wait_s - time.perf_counter())))
         if timeout_ms > 0 and not self.sock.poll(timeout_ms):
@@ -185,12 +199,17 @@ class RemoteClient:
         self._asked_at = None
         while (msg := recv_valid(self.sock, self.rejects, frozenset({RESPONSE}))) is not None:
             try:
-                out.append(response_from_wire(msg, self.horizon, self.action_dim))
+                resp = response_from_wire(msg, self.horizon, self.action_dim)
             except WireError as exc:
                 self.rejects.reject(str(exc))
+                continue
+            if self._unanswered is not None and resp.request_id == self._unanswered[0]:
+                self._unanswered = None
+            out.append(resp)
         return out
 
     def close(self) -> None:
+        self._connections.close()
         self.sock.close(linger=0)
         if self._own_ctx:
             self.ctx.term()

@@ -70,6 +70,31 @@ def bind_random_port(sock: zmq.Socket, host: str = "127.0.0.1", keys: CurveKeys 
     return f"tcp://{host}:{port}"
 
 
+class ConnectionWatch:
+    """Counts the connections ``sock`` makes (each completed handshake, the first one too): a peer that restarted
+    lost what was in flight to it, and a new connection is when to send that again. Create it before connecting."""
+
+    def __init__(self, sock: zmq.Socket) -> None:
+        self.sock = sock
+        self._monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        self.connections = 0
+
+    def made(self) -> int:
+        """Connections made since the last look."""
+        made = 0
+        while True:
+            try:
+                self._monitor.recv_multipart(flags=zmq.NOBLOCK)  # one event: [event id + value, endpoint]
+            except zmq.Again:
+                self.connections += made
+                return made
+            made += 1
+
+    def close(self) -> None:
+        self.sock.disable_monitor()
+        self._monitor.close(linger=0)
+
+
 def endpoint_port(endpoint: object) -> int:
     """The port of a ``tcp://host:port`` endpoint (0 when there is none, e.g. no earlier endpoint)."""
     if not isinstance(endpoint, str) or ":" not in endpoint:

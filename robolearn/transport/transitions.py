@@ -30,7 +30,13 @@ import zmq
 
 from robolearn.transition import FINAL_OBS_PREFIX
 from robolearn.transport.security import CurveKeys
-from robolearn.transport.sockets import TRANSITIONS_LIMITS, bind_random_port, connect, limit_receive
+from robolearn.transport.sockets import (
+    TRANSITIONS_LIMITS,
+    ConnectionWatch,
+    bind_random_port,
+    connect,
+    limit_receive,
+)
 from robolearn.transport.spool import Spool
 from robolearn.transport.wire import Message, RejectCounter, WireError, decode, encode
 
@@ -115,10 +121,9 @@ class TransitionSender:
         self.sock.setsockopt(zmq.LINGER, 0)  # what is unacknowledged stays in the spool, not in zmq's queue
         self.sock.setsockopt(zmq.IMMEDIATE, 1)  # no learner connected: refuse (it is spooled) rather than queue
         # told of every (re)connection: what is unacknowledged then may have been lost with the old one
-        self._monitor = self.sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        self._connections = ConnectionWatch(self.sock)
         connect(self.sock, endpoint, keys)
         self.rejects = RejectCounter()
-        self.reconnects = 0
         self.sent = self.acked = self.duplicates = self.rejected = self.later = 0
         self._sent_at: dict[int, float] = {}  # batch -> last send; spooled batches of an earlier run: due now
         self._next_check = 0.0
@@ -220,7 +225,7 @@ class TransitionSender:
         if now < self._next_check:  # looked at most every 0.2 s: a control loop calls poll every tick
             return
         self._next_check = now + 0.2
-        if self._reconnected():
+        if self._connections.made():
             self._sent_at.clear()  # a new connection: everything unacknowledged goes again, in order
         for seq in self.spool.pending():
             if now - self._sent_at.get(seq, -1e9) >= self.resend_after_s:
@@ -228,16 +233,10 @@ class TransitionSender:
                 if frames:  # empty: it failed its checksum and was moved aside (spool.problems says so)
                     self._transmit(seq, frames)
 
-    def _reconnected(self) -> bool:
-        """Whether a connection to the learner was made since the last look (the first one counts too)."""
-        made = False
-        while True:
-            try:
-                self._monitor.recv_multipart(flags=zmq.NOBLOCK)  # one event: [event id + value, endpoint]
-            except zmq.Again:
-                return made
-            made = True
-            self.reconnects += 1
+    @property
+    def reconnects(self) -> int:
+        """Connections made to the learner (the first one too)."""
+        return self._connections.connections
 
     def drain(self, timeout_s: float) -> bool:
         """Wait (bounded) until the learner acknowledged every spooled batch; True when none is left. What is
@@ -248,7 +247,6 @@ class TransitionSender:
         return not self.spool.pending()
 
     def close(self) -> None:
-        self.sock.disable_monitor()
-        self._monitor.close(linger=0)
+        self._connections.close()
         self.sock.close()
         self.spool.close()
