@@ -206,10 +206,24 @@ def validate(cfg: DictConfig | dict) -> RunConfig:
     if cfg.learner.learning == "sync" and cfg.runtime.total_actors != 1:
         raise ConfigError("config error at 'learner.learning': sync is a one-robot baseline; "
                           "set runtime.num_actors=1")
-    if cfg.runtime.policy_server and not cfg.actor.realtime:
-        raise ConfigError("config error at 'runtime.policy_server': a policy server answers in wall time, so the "
-                          "actors must pace their robots in wall time too; set actor.realtime=true")
+    if cfg.runtime.policy_server:
+        _check_policy_server(cfg)
     return cfg
+
+
+def _check_policy_server(cfg: RunConfig) -> None:
+    """What ``runtime.policy_server=true`` cannot be combined with."""
+    where = "config error at 'runtime.policy_server'"
+    if not cfg.actor.realtime:
+        raise ConfigError(f"{where}: a policy server answers in wall time, so the actors must pace their robots in "
+                          "wall time too; set actor.realtime=true")
+    if cfg.actor.chunking.mid_observation_ticks:
+        raise ConfigError(f"{where}: two-stage requests (actor.chunking.mid_observation_ticks) need the policy in "
+                          "the actor process; set it to 0 or runtime.policy_server=false")
+    if cfg.actor.max_policy_lag or cfg.learner.learning == "sync":
+        raise ConfigError(f"{where}: actor.max_policy_lag and learner.learning=sync hold the robot for the weights "
+                          "the actor loads, and with a server the actor does not act with its own; "
+                          "use runtime.policy_server=false")
 
 
 def check_buildable(cfg: RunConfig) -> None:

@@ -39,7 +39,12 @@ def _run(tmp_path, drop_batch: int | None = None):
             buf.add("reach-0", arrays)
 
     ledger = StepLedger(run.ledger("actor-0"), "reach-0")
-    loop = _loop(env, [TransitionRecorder(env.observation_spec, deliver, send_every=5), ledger])
+
+    def recorded(step):  # as the actor does right after its journal write (no journal here)
+        ledger.recorded(int(step["episode_id"][0]), int(step["step"][0]))
+
+    recorder = TransitionRecorder(env.observation_spec, deliver, send_every=5, stage=recorded)
+    loop = _loop(env, [ledger, recorder])
     for episode in range(2):
         loop.run(seed=episode, episode_id=episode)
     env.die_at = env.executed + 5  # steps 0-4 of episode 2 go out as a batch; step 5 is cut inside the apply
@@ -65,3 +70,20 @@ def test_a_batch_lost_on_the_way_to_the_buffer_is_counted_lost(tmp_path):
     report = audit_run(run.root)
     assert report["lost_steps"] == 2 and report["lost_examples"] == [(0, 10), (0, 11)]
     assert report["interrupted_steps"] == 1
+
+
+def test_only_a_processes_last_step_can_be_interrupted_and_a_torn_line_is_skipped(tmp_path):
+    run, _ = _run(tmp_path)
+    path = run.ledger("actor-0")
+    later = StepLedger(path, "reach-0")  # the replacement process goes on
+    later.on_apply(3, 0)                   # begun, never recorded, and the process went on: no kill explains it
+    later.on_apply(3, 1)
+    later.recorded(3, 1)
+    later.close()
+    with open(path, "ab") as f:
+        f.write(b"reach-0 3 2")            # torn: its last token never got written
+    ledger = read_ledger(path)
+    assert ledger.last_begun == [(2, 5), (3, 1)] and (3, 2) not in ledger.recorded + ledger.begun
+    report = audit_run(run.root)
+    assert report["interrupted_examples"] == [(2, 5)]
+    assert sorted(report["lost_examples"]) == [(3, 0), (3, 1)]  # (3, 1) was recorded, never stored

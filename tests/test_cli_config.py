@@ -61,6 +61,26 @@ def test_parts_that_do_not_fit_together_are_named_before_any_process(overrides, 
         check_buildable(validate(_cfg(**overrides)))
 
 
+@pytest.mark.parametrize("overrides, named", [
+    ({}, "set actor.realtime=true"),                                   # a server answers in wall time
+    ({"actor.realtime": "true", "actor.chunking.mid_observation_ticks": "1"}, "mid_observation_ticks"),
+    ({"actor.realtime": "true", "actor.max_policy_lag": "2"}, "max_policy_lag"),
+])
+def test_what_a_runs_policy_server_cannot_be_combined_with_is_named(overrides, named):
+    with pytest.raises(ConfigError, match=named):
+        validate(_cfg(**{"runtime.policy_server": "true", **overrides}))
+    assert validate(_cfg(**{"runtime.policy_server": "true", "actor.realtime": "true"})).runtime.policy_server
+
+
+def test_a_loop_that_never_waits_for_the_policy_needs_chunks():
+    from robolearn.config import check_buildable
+
+    with pytest.raises(ConfigError, match="policy.chunk_horizon"):
+        check_buildable(validate(_cfg(**{"actor.realtime": "true", "actor.async_inference": "true"})))
+    check_buildable(validate(_cfg(**{"actor.realtime": "true", "actor.async_inference": "true",
+                                     "policy.chunk_horizon": "4"})))
+
+
 def test_incompatible_task_and_robot_fail_at_start_and_leave_no_run_dir(tmp_path):
     r = robolearn(["run", "task=reach", "robot=so101", "run_name=mismatch"], cwd=tmp_path, timeout=60)
     assert r.returncode == 2, r.stderr

@@ -29,7 +29,7 @@ from __future__ import annotations
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -226,32 +226,39 @@ class ChunkExecutor:
 
     # --- the tick ----------------------------------------------------------------------------------
     def start_episode(self, observation: dict[str, np.ndarray], tick: int, clock: Clock) -> None:
-        """Before an episode's first tick (the robot is at rest): clear the queue and block until a first
-        chunk is in. Under a real clock (``clock.period > 0``) this sleeps between polls and the wait is
-        also a delay measurement (in ticks) for the scheduler; under a simulated one it does not wait."""
+        """Before an episode's first tick (the robot is at rest): clear the queue and wait until a first chunk
+        is in. Under a real clock (``clock.period > 0``) this sleeps between polls, asks again after
+        ``request_timeout`` ticks without an answer (a server that restarted lost the request), calls
+        ``while_waiting`` every 20 ms, and measures the wait as a delay (in ticks) for the scheduler (unless it
+        asked again); under a
+        simulated one it does not wait. Returns early, with the queue empty and the request in flight, when
+        ``while_waiting`` says to stop."""
         real = clock.period > 0
         self.queue.clear()
         self._in_flight = None
         self._request(tick, observation, two_stage=False)  # at rest: a later observation is the same
-        t0 = t_asked = t_hook = time.perf_counter()
+        asked = {self._in_flight.request_id}  # at rest, an answer to any of them will do
+        t0 = t_hook = time.perf_counter()
         while self._in_flight is not None:
             # at rest time does not count: take the answer whenever it is ready (a simulated clock's
             # answer is due some ticks later, so ask for everything due up to far in the future)
             for resp in self.client.poll(tick + 10**9):
-                self._splice(resp, tick, measure=False)
+                if resp.request_id in asked:
+                    self._splice(replace(resp, request_id=self._in_flight.request_id), tick, measure=False)
+                    break
             if self._in_flight is None or not real:
                 continue
             time.sleep(0.0005)
             now = time.perf_counter()
-            if now - t_asked > self.cfg.request_timeout * clock.period:  # lost (a policy server restarted)
+            if now - t0 > self.cfg.request_timeout * clock.period * len(asked):  # lost (a server restarted)
                 self._request(tick, observation, two_stage=False)
+                asked.add(self._in_flight.request_id)
                 self.metrics.resent += 1
-                t_asked = t0 = now  # the delay measured is that of the answered request
             if self.while_waiting is not None and now - t_hook > 0.02:
                 t_hook = now
                 if not self.while_waiting():
                     return
-        if real:
+        if real and len(asked) == 1:  # an answer after an outage measures the outage, not the policy's delay
             self.delay.add(int(np.ceil((time.perf_counter() - t0) / clock.period)))
 
     def interrupt(self, tick: int) -> None:

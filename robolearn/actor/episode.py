@@ -8,8 +8,7 @@ One tick, in the shape of openpi's runtime step:
                (splice arrived chunks, ask for the next one, pop the action for this tick; a stall holds
                the last safe command)
     apply      every subscriber's ``on_apply(episode_id, step)`` (the step is begun), then ``env.step(action)``
-    notify     every subscriber's ``on_step(StepRecord)``, in the order given (the journal first: the record
-               of a step is on disk before anything else is done with it); then ``clock.wait()`` paces
+    notify     every subscriber's ``on_step(StepRecord)``, in the order given; then ``clock.wait()`` paces
 
 Who does what around that is attached, not written into the loop: ``gate(tick)`` is asked before each
 tick and may hold the robot (pacing, throttling) or stop the episode (stop flag, budget, lost lease);

@@ -4,8 +4,8 @@
     episodes (``actor.episode.EpisodeLoop``):
         gate before each tick   sim pacing (the learner's utd ratio), max_policy_lag, stop / budget / lost lease
         each tick               observe -> act (chunk executor or the human) -> apply -> notify:
-                                ``TransitionRecorder`` journals the step and sends batches, then
-                                ``StepLedger`` notes it recorded (it noted it begun before the apply),
+                                ``TransitionRecorder`` journals the step (and ``StepLedger`` notes it
+                                recorded; it noted it begun before the apply) and sends batches,
                                 this actor counts, polls weights, writes status
         each episode end        learner.learning=sync: wait until the learner did the updates due
     disconnect the robot -> release the lease
@@ -192,11 +192,16 @@ class Actor:
                                       on_chunk=lambda start, chunk: self.recording.log_chunk(self.robot_id, start,
                                                                                              chunk),
                                       while_waiting=self._while_waiting_for_chunk)
+        ledger = StepLedger(self.run.ledger(self.name), self.robot_id)
+
+        def journal(step: dict) -> None:  # the ledger says recorded the instant the journal holds the step
+            self.sender.stage(self.robot_id, step)
+            ledger.recorded(int(step["episode_id"][0]), int(step["step"][0]))
+
         recorder = TransitionRecorder(self.env.observation_spec,
                                       lambda arrays: self.sender.send(self.robot_id, arrays), self.settings.send_every,
-                                      stage=lambda step: self.sender.stage(self.robot_id, step))
-        ledger = StepLedger(self.run.ledger(self.name), self.robot_id)
-        loop = EpisodeLoop(self.env, self.executor, self.clock, self._human(), subscribers=[recorder, ledger, self],
+                                      stage=journal)
+        loop = EpisodeLoop(self.env, self.executor, self.clock, self._human(), subscribers=[ledger, recorder, self],
                            gate=self._gate, policy_version=lambda: self.weights.version)
         episode_id = self._first_episode_id(int(endpoints["next_episode_id"]), spool)
         while not self.stop and not self._share_taken():

@@ -2,16 +2,19 @@
 audit``): ``<run>/ledger/<actor>.log``, two lines per step, each appended with a single unbuffered write and
 never rewritten:
 
-    robot_id episode_id step >    begun: written just before the action goes to the robot (``on_apply``)
-    robot_id episode_id step      recorded: written once the step's record is journaled (``on_step``, after
-                                  the ``TransitionRecorder``)
+    robot_id episode_id step >    begun: just before the action goes to the robot (``on_apply``)
+    robot_id episode_id step .    recorded: the instant the step's record is in the journal (``recorded``,
+                                  called by the actor right after ``TransitionSender.stage`` returns)
+
+and an empty line where each actor process opens it. A line is whole only with its last token, so one a kill
+tore is skipped.
 
 It shares nothing with the path a step takes to the buffer (journal, spool, channel, learner), so a recorded
-step that path loses shows up as missing. A step begun but never recorded is one a kill cut between the
-robot moving and the record reaching the journal: its outcome (reward, next observation) existed only in
-the dead process, and the audit counts it apart (``interrupted``). Episode ids are unique across the actors
-of a run, so (episode id, step) names one step. A write torn by a kill leaves a partial last line, which
-``read_ledger`` skips.
+step that path loses shows up as missing. A step begun but never recorded is one a kill cut between the robot
+moving and the record reaching the journal: its outcome (reward, next observation) existed only in the dead
+process. That can only be the last step a process began; any other step begun and never recorded is a fault
+of the actor, not a kill, and the audit counts it lost. Episode ids are unique across the actors of a run, so
+(episode id, step) names one step.
 """
 
 from __future__ import annotations
@@ -19,26 +22,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from robolearn.actor.episode import StepRecord
-
 Step = tuple[int, int]  # (episode id, step)
+BEGUN, RECORDED = b">", b"."
 
 
 class StepLedger:
-    """An ``EpisodeLoop`` subscriber appending a line as each step begins and one once it is recorded; it goes
-    after the subscriber that journals the step."""
+    """An ``EpisodeLoop`` subscriber for the begun lines; the actor calls ``recorded`` after each journal write."""
 
     def __init__(self, path: Path, robot_id: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.robot_id = robot_id
         self._file = open(path, "ab", buffering=0)
-        self._file.write(b"\n")  # a line a killed predecessor tore stays apart from the first step of this one
+        self._file.write(b"\n")  # where this process starts (and a line a killed predecessor tore ends)
 
     def on_apply(self, episode_id: int, step: int) -> None:
         self._file.write(f"{self.robot_id} {episode_id} {step} >\n".encode())
 
-    def on_step(self, step: StepRecord) -> None:
-        self._file.write(f"{self.robot_id} {step.episode_id} {step.step}\n".encode())
+    def recorded(self, episode_id: int, step: int) -> None:
+        self._file.write(f"{self.robot_id} {episode_id} {step} .\n".encode())
 
     def close(self) -> None:
         self._file.close()
@@ -46,22 +47,34 @@ class StepLedger:
 
 @dataclass(frozen=True)
 class Ledger:
-    """One actor's ledger as read back, each list in the order the steps were taken."""
+    """One actor's ledger as read back, each list in the order the steps were taken. ``last_begun``: the step
+    each process (each stretch between the lines where one opened the ledger) began last."""
 
     begun: list[Step]
     recorded: list[Step]
+    last_begun: list[Step]
 
 
 def read_ledger(path: Path) -> Ledger:
     """Every whole line of one actor's ledger."""
-    begun, recorded = [], []
+    begun, recorded, last_begun = [], [], []
+    process_last: Step | None = None
     for line in path.read_bytes().split(b"\n"):
-        parts = line.split()
-        if len(parts) not in (3, 4) or not (parts[1].lstrip(b"-").isdigit() and parts[2].isdigit()):
+        if not line:  # a process opened the ledger here
+            if process_last is not None:
+                last_begun.append(process_last)
+            process_last = None
             continue
+        parts = line.split()
+        if len(parts) != 4 or parts[3] not in (BEGUN, RECORDED) or not (
+                parts[1].lstrip(b"-").isdigit() and parts[2].isdigit()):
+            continue  # torn by a kill
         step = (int(parts[1]), int(parts[2]))
-        if len(parts) == 3:
-            recorded.append(step)
-        elif parts[3] == b">":
+        if parts[3] == BEGUN:
             begun.append(step)
-    return Ledger(begun, recorded)
+            process_last = step
+        else:
+            recorded.append(step)
+    if process_last is not None:
+        last_begun.append(process_last)
+    return Ledger(begun, recorded, last_begun)

@@ -147,15 +147,18 @@ class ThreadedClient:
 
 
 class RemoteClient:
-    """Talks to a ``PolicyServer`` at ``endpoint``. zmq reconnects by itself when the server restarts, and the
-    request the old server took with it goes again to the new one as soon as it is connected (the executor's
-    timeout is the fallback). Every answer is checked against the chunk this robot expects, (``horizon``,
-    ``action_dim``), before the executor sees it."""
+    """Talks to a ``PolicyServer`` at ``endpoint``. zmq reconnects by itself when the server restarts, and
+    delivers what was sent while no server was connected once one is; the newest request, while unanswered,
+    goes again on a new connection when it went out on an earlier one (the old server took it with it).
+    Every answer is checked against the chunk this robot
+    expects, (``horizon``, ``action_dim``), before the executor sees it.
+
+    ``wait_s``: inference inside the tick. After a submit, ``poll`` waits up to ``wait_s`` for that request's
+    answer (answers to older requests do not end the wait); the caller's tick then goes on either way."""
 
     def __init__(self, endpoint: str, robot_id: str, horizon: int, action_dim: int,
                  ctx: zmq.Context | None = None, keys: CurveKeys | None = None, wait_s: float = 0.0) -> None:
         self.wait_s = wait_s
-        self._asked_at: float | None = None  # the unanswered request's submit time, while waiting for it
         self._own_ctx = ctx is None
         self.ctx = ctx or zmq.Context()
         self.horizon, self.action_dim = horizon, action_dim
@@ -166,37 +169,61 @@ class RemoteClient:
         connect(self.sock, endpoint, keys)
         self.robot_id = robot_id
         self.rejects = RejectCounter()
-        self.resent = 0  # requests sent again to a restarted server
+        self.resent = 0  # requests sent again on a new connection
         self._seq = 0
-        self._unanswered: tuple[int, list] | None = None  # (request id, wire frames) of the newest request
+        self._unanswered: tuple[int, list[bytes]] | None = None  # (request id, wire frames) of the newest request
+        self._sent_on = 0  # the number of the connection it went out on (or will: the next one)
+        self._wait_until: float | None = None  # inside the tick: until when to wait for its answer
+        self._poller = zmq.Poller()  # answers, and connections made
+        self._poller.register(self.sock, zmq.POLLIN)
+        self._poller.register(self._connections.events, zmq.POLLIN)
 
     def submit(self, request: ChunkRequest) -> None:
         meta, arrays = request_to_wire(request)
-        frames = encode(REQUEST, self.robot_id, self._seq, meta, arrays)
+        # copied: the frames are kept for a re-send, and must not follow later changes to the observation arrays
+        frames = [bytes(f) for f in encode(REQUEST, self.robot_id, self._seq, meta, arrays)]
         self._seq += 1
         self._unanswered = (request.request_id, frames)
-        self._transmit(frames)
-        self._asked_at = time.perf_counter() if self.wait_s else None
+        self._transmit()
+        self._wait_until = time.perf_counter() + self.wait_s if self.wait_s else None
 
-    def _transmit(self, frames: list) -> None:
+    def _transmit(self) -> None:
+        assert self._unanswered is not None
+        watch = self._connections
+        watch.made()  # up to date: is a server connected now?
         try:
-            self.sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+            self.sock.send_multipart(self._unanswered[1], flags=zmq.NOBLOCK)
+            self._sent_on = watch.connections if watch.connected else watch.connections + 1  # queued till then
         except zmq.Again:
-            pass  # server unreachable and the queue full: sent again on the next connection
+            self._sent_on = 0  # the queue is full: it goes again on the next connection
 
     def poll(self, tick: int, timeout_ms: int = 0) -> list[ChunkResponse]:
-        out = []
-        # the first connection delivers what was queued before it; a later one is a new server process
-        made = self._connections.made()
-        if made and self._connections.connections > made and self._unanswered is not None:
-            self._transmit(self._unanswered[1])
+        """The answers that are in, waiting up to ``timeout_ms`` for one, and inside the tick for the newest
+        request's (a connection made meanwhile sends it again at once)."""
+        out = self._receive()
+        self._send_on_new_connection()
+        give_up = time.perf_counter() + timeout_ms / 1e3
+        while True:
+            until = max(give_up if not out else 0.0, self._wait_until if self._waiting() else 0.0)
+            left_ms = math.ceil(1e3 * (until - time.perf_counter()))
+            if left_ms <= 0 or not self._poller.poll(left_ms):
+                break
+            out += self._receive()
+            self._send_on_new_connection()
+        self._wait_until = None  # not this tick: it is spliced whenever it comes
+        return out
+
+    def _send_on_new_connection(self) -> None:
+        if self._connections.made() and self._unanswered is not None and \
+                self._connections.connections > self._sent_on:  # a connection it did not go out on
+            self._transmit()
             self.resent += 1
-        if self._asked_at is not None:  # inside the tick: wait out the rest of wait_s for the answer
-            timeout_ms = max(timeout_ms, math.ceil(1e3 * (self._asked_at + self.wait_s - time.perf_counter())))
-        if timeout_ms > 0 and not self.sock.poll(timeout_ms):
-            self._asked_at = None  # not this tick: it is spliced whenever it comes (or asked again)
-            return out
-        self._asked_at = None
+
+    def _waiting(self) -> bool:
+        return self._wait_until is not None and self._unanswered is not None
+
+    def _receive(self) -> list[ChunkResponse]:
+        out = []
         while (msg := recv_valid(self.sock, self.rejects, frozenset({RESPONSE}))) is not None:
             try:
                 resp = response_from_wire(msg, self.horizon, self.action_dim)

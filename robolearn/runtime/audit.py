@@ -6,11 +6,13 @@ record by record, not through the index that refuses duplicates) and the actors'
 journaled steps not acknowledged yet). A step is named by (episode id, step): episode ids are unique
 across a run's actors and their restarts.
 
-    lost         recorded (ledger) but neither stored nor still spooled
+    lost         recorded (ledger) but neither stored nor still spooled; and begun, never recorded, stored
+                 nowhere while its process went on to begin another step (no kill explains that)
     duplicate    stored more than once
     pending      recorded, not stored, still spooled (sent on the next start of that actor)
-    interrupted  begun, never recorded, stored nowhere: a kill between the robot executing the step and its
-                 record reaching the journal (the outcome existed only in the dead process)
+    interrupted  the last step a process began, never recorded, stored nowhere: a kill between the robot
+                 executing the step and its record reaching the journal (the outcome existed only in the dead
+                 process)
     unledgered   stored but in no ledger (steps from elsewhere)
 
 Read-only: safe on a run that is still going, though its figures then move.
@@ -43,12 +45,14 @@ def audit_run(run_dir: str | Path, joined: tuple[str | Path, ...] = ()) -> dict:
     roots = [run.root, *map(Path, joined)]
     produced: Counter[Step] = Counter()
     begun: Counter[Step] = Counter()
+    last_begun: set[Step] = set()
     by_actor = {}
     for path in sorted(p for root in roots for p in (root / "ledger").glob("*.log")):
         ledger = read_ledger(path)
         by_actor[path.stem] = len(ledger.recorded)
         produced.update(ledger.recorded)
         begun.update(ledger.begun)
+        last_begun.update(ledger.last_begun)
     stored: Counter[Step] = Counter()
     log = SegmentLog(run.buffer, read_only=True)
     for _, msg in log.read_messages(RECORD_TYPES):
@@ -59,8 +63,10 @@ def audit_run(run_dir: str | Path, joined: tuple[str | Path, ...] = ()) -> dict:
     for spool in sorted(p for root in roots for p in (root / "spool").glob("*")):
         for frames in spooled_messages(spool):
             pending.update(_steps(decode(frames, frozenset({TRANSITIONS})).arrays))
-    lost = sorted(s for s in produced if s not in stored and s not in pending)
-    interrupted = sorted(s for s in begun if s not in produced and s not in stored and s not in pending)
+    unrecorded = [s for s in begun if s not in produced and s not in stored and s not in pending]
+    interrupted = sorted(s for s in unrecorded if s in last_begun)
+    lost = sorted([s for s in produced if s not in stored and s not in pending] +
+                  [s for s in unrecorded if s not in last_begun])
     return {
         "run_dir": str(run.root),
         "produced_steps": sum(produced.values()), "produced_by_actor": by_actor,

@@ -70,7 +70,7 @@ def audit(args: argparse.Namespace) -> int:
     else:
         t = Table(title=f"audit of {args.run_dir}: the actors' ledgers against the buffer", show_header=False,
                   title_justify="left")
-        t.add_row("steps taken (ledgers)", f"{report['produced_steps']} "
+        t.add_row("steps recorded (ledgers)", f"{report['produced_steps']} "
                   f"({', '.join(f'{k} {v}' for k, v in report['produced_by_actor'].items())})")
         for key, label in (("stored_steps", "stored in the buffer"), ("lost_steps", "lost"),
                            ("duplicate_steps", "stored twice"), ("pending_steps", "still spooled (sent on restart)"),

@@ -6,8 +6,8 @@
 - A run's (``runtime.policy_server=true``): ``serve_run``, the ``policy-server`` worker of the local runtime.
   It follows the learner's weights, answers this machine's actors, and is supervised like the learner:
   a replacement starts from the run's last checkpoint and binds the port its predecessor had, so the
-  actors' sockets reconnect by themselves (a request lost with the old process is re-sent by the actor's
-  chunk executor). It says it is serving in ``policy_server.json`` once it holds weights.
+  actors' sockets reconnect by themselves (each ``RemoteClient`` sends the request the old process took
+  once more). It says it is serving in ``policy_server.json`` once it holds weights.
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ def serve_run(run: RunDir, cfg: RunConfig) -> int:
     """The run's policy server until SIGTERM (or the runtime is gone); returns the exit code."""
     stop = StopFlag()
     torch.set_num_threads(cfg.actor.threads)
+    torch.manual_seed(cfg.seed)  # the exploration noise it samples for every actor
     deadline = time.monotonic() + cfg.runtime.startup_timeout_s
     while not (endpoints := read_json(run.endpoints)):
         if stop or time.monotonic() > deadline:
@@ -94,6 +95,9 @@ def serve_run(run: RunDir, cfg: RunConfig) -> int:
             print("[policy-server] no weights from the learner in time", file=sys.stderr, flush=True)
             server.close()
             return 2
+    if not held:  # stopped before the first weights came
+        server.close()
+        return 0
     write_json_atomic(run.policy_server, {"endpoint": server.endpoint, "pid": os.getpid()})
     print(f"[policy-server] serving v{runner.version} on {server.endpoint}", flush=True)
     t_status = t_print = 0.0

@@ -11,6 +11,7 @@ import ipaddress
 import time
 
 import zmq
+from zmq.utils.monitor import parse_monitor_message
 
 from robolearn.transport.security import CurveKeys
 from robolearn.transport.wire import MAX_MESSAGE_BYTES, Message, RejectCounter, WireError, decode, encode
@@ -71,28 +72,32 @@ def bind_random_port(sock: zmq.Socket, host: str = "127.0.0.1", keys: CurveKeys 
 
 
 class ConnectionWatch:
-    """Counts the connections ``sock`` makes (each completed handshake, the first one too): a peer that restarted
-    lost what was in flight to it, and a new connection is when to send that again. Create it before connecting."""
+    """Follows the connections ``sock`` makes and loses (its socket monitor): ``connections`` counts the ones
+    made (each completed handshake, the first one too), ``connected`` whether one is up, as of the last look. A
+    peer that restarted lost what was in flight to it, and a new connection is when to send that again. Create
+    it before connecting."""
 
     def __init__(self, sock: zmq.Socket) -> None:
         self.sock = sock
-        self._monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        self.events = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)  # readable
         self.connections = 0
+        self.connected = False
 
     def made(self) -> int:
         """Connections made since the last look."""
         made = 0
         while True:
             try:
-                self._monitor.recv_multipart(flags=zmq.NOBLOCK)  # one event: [event id + value, endpoint]
+                frames = self.events.recv_multipart(flags=zmq.NOBLOCK)  # [event id + value, endpoint]
             except zmq.Again:
                 self.connections += made
                 return made
-            made += 1
+            self.connected = parse_monitor_message(frames)["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED
+            made += int(self.connected)
 
     def close(self) -> None:
         self.sock.disable_monitor()
-        self._monitor.close(linger=0)
+        self.events.close(linger=0)
 
 
 def endpoint_port(endpoint: object) -> int:
