@@ -46,9 +46,13 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
 
 
 def read_buffer(run_dir: Path) -> list[dict[str, np.ndarray]]:
-    """Every transition batch the run's buffer holds, in order (read with robolearn's own reader)."""
-    log = SegmentLog(run_dir / "buffer")
-    return [dict(m.arrays, _sender=m.sender) for _, m in log.read_messages(frozenset({"transitions"}))]
+    """Every transition batch the run's buffer holds, in order (read with robolearn's own reader, read-only: the
+    run may still be writing, and a writable open would repair a tail it is in the middle of appending)."""
+    log = SegmentLog(run_dir / "buffer", read_only=True)
+    try:
+        return [dict(m.arrays, _sender=m.sender) for _, m in log.read_messages(frozenset({"transitions"}))]
+    finally:
+        log.close()
 
 
 def fast_run_overrides(name: str, minutes: float) -> list[str]:

@@ -107,15 +107,19 @@ def test_sac_target_is_the_min_over_a_random_subset_of_the_target_ensemble():
     torch.manual_seed(0)
     policy = GaussianChunkPolicy(OBS, ACT, MLPPolicyConfig(hidden_dims=[8]))
     sac = SAC(policy, SACConfig(num_critics=3, critic_subset=2, critic_hidden_dims=[8], init_temperature=0.1))
-    fixed_q = torch.tensor([[1.0, 5.0], [3.0, 2.0], [0.0, 4.0]])  # (N=3 critics, B=2)
+    fixed_q = torch.tensor([[1.0, 5.0], [3.0, 2.0], [0.0, 4.0]])  # (N=3 critics, B=2): critic 2 is lowest in column 0
     sac.critic_target.forward = lambda feat, a: fixed_q
     sac.actor.sample_features = lambda feat: (torch.zeros(2, 1), torch.tensor([0.5, -1.0]))
-    subset = torch.randperm(3, generator=torch.Generator().set_state(sac.generator.get_state()))[:2]
-    y = sac.td_target(torch.tensor([1.0, 2.0]), torch.tensor([0.9, 0.0]), torch.zeros(2, 2), torch.tensor(0.1))
-    q_min = fixed_q[subset].min(dim=0).values
-    assert y.tolist() == pytest.approx([1.0 + 0.9 * (q_min[0].item() - 0.1 * 0.5), 2.0])
-    # every subset of 2 out of these 3 gives a different first-column min, so the subset really is used
-    assert len({fixed_q[list(s)].min(0).values[0].item() for s in ((0, 1), (0, 2), (1, 2))}) == 2
+    got, expected = [], []
+    for _ in range(12):  # each target draws its own subset from the algorithm's generator
+        subset = torch.randperm(3, generator=torch.Generator().set_state(sac.generator.get_state()))[:2]
+        y = sac.td_target(torch.tensor([1.0, 2.0]), torch.tensor([0.9, 0.0]), torch.zeros(2, 2), torch.tensor(0.1))
+        assert y[1].item() == pytest.approx(2.0)  # discount 0: the reward alone
+        got.append(y[0].item())
+        expected.append(1.0 + 0.9 * (fixed_q[subset, 0].min().item() - 0.1 * 0.5))
+    assert got == pytest.approx(expected)
+    full_min = 1.0 + 0.9 * (0.0 - 0.1 * 0.5)  # what ignoring critic_subset (min over all three) gives
+    assert any(g != pytest.approx(full_min) for g in got) and any(g == pytest.approx(full_min) for g in got)
 
 
 def test_hiors_threshold_rises_with_the_return_quantile_and_never_falls():

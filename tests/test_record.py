@@ -53,18 +53,16 @@ def test_recorded_demos_load_in_lerobot_and_act_trains_on_them(tmp_path):
                     n_vae_encoder_layers=1, pretrained_backbone_weights=None, device="cpu")
     torch.manual_seed(0)
     policy = ACTPolicy(cfg)
-    before = [p.detach().clone() for p in policy.parameters()]
     opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
-    loader = torch.utils.data.DataLoader(ds, batch_size=4, shuffle=True)
+    batch = next(iter(torch.utils.data.DataLoader(ds, batch_size=8, shuffle=True)))
     losses = []
-    for _, batch in zip(range(3), loader):
+    for _ in range(40):  # fitting one batch of the recorded demos: the loss must fall, not just be finite
         loss, _ = policy.forward(batch)
         opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    assert all(np.isfinite(losses))
-    assert any(not torch.equal(a, b) for a, b in zip(before, policy.parameters()))
+    assert all(np.isfinite(losses)) and np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5]), losses
 
 
 def test_language_task_records_each_episodes_instruction_as_the_lerobot_task(tmp_path):

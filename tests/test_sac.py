@@ -39,20 +39,32 @@ def test_critic_members_are_independent_and_layernormed():
 
 
 def test_target_is_min_over_a_random_subset_of_target_critics():
-    sac = _sac(num_critics=3, critic_subset=2)
+    """The critic loss of one update against a hand computation: every critic member made a constant (zero head
+    weights, a chosen bias), the policy's next actions and log-probs fixed, so nothing of SAC's own modules
+    computes the expected value. The lowest target critic is the one the subset leaves out, so a target over
+    all members gives another loss."""
+    sac = _sac(num_critics=3, critic_subset=2, actor_update_every=1000)  # the actor update does not run
     batch = _batch()
-    gen_state = sac.generator.get_state()
-    torch.manual_seed(123)
+    subset = torch.randperm(3, generator=torch.Generator().set_state(sac.generator.get_state()))[:2]
+    target_q = torch.tensor([2.0, 3.0, 4.0])
+    target_q[({0, 1, 2} - set(subset.tolist())).pop()] = -5.0
+    online_q = torch.tensor([0.5, -0.5, 1.0])
     with torch.no_grad():
-        a, logp = sac.actor.sample(batch["next_obs"])
-        tq = sac.critic_target(sac.actor.features(batch["next_obs"]), a)
-    subset = torch.randperm(3, generator=torch.Generator().set_state(gen_state))[:2]
+        for net, values in ((sac.critic_target, target_q), (sac.critic, online_q)):
+            net.head.weight.zero_()
+            net.head.bias.copy_(values.view(3, 1, 1))
+    log_prob = torch.linspace(-1.0, 1.0, 16)
+    sac.actor.sample_features = lambda feat: (torch.zeros(len(feat), 6), log_prob)
     alpha = sac.temperature.alpha
-    y = batch["reward"] + batch["discount"] * (tq[subset].min(0).values - alpha * logp)
-    expected_loss = ((sac.critic(sac.actor.features(batch["obs"]), batch["action"]) - y) ** 2).mean(1).sum()
-    torch.manual_seed(123)
-    metrics = sac.update(batch)
-    assert abs(metrics["critic_loss"] - expected_loss.item()) < 1e-4
+    r, d = batch["reward"], batch["discount"]
+
+    def loss(target_value: float) -> float:
+        y = r + d * (target_value - alpha * log_prob)
+        return sum(float(((q - y) ** 2).mean()) for q in online_q)
+
+    expected = loss(float(target_q[subset].min()))
+    assert abs(expected - loss(float(target_q.min()))) > 1.0  # the figure tells the subset from all members
+    assert abs(sac.update(batch)["critic_loss"] - expected) < 1e-4
 
 
 def test_target_entropy_is_minus_half_action_dim():
