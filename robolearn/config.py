@@ -16,6 +16,7 @@ names the key (``ConfigError``). Who owns what: ``algo`` the losses, ``learner``
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,6 +29,7 @@ from robolearn import registry
 from robolearn.actor.config import ActorConfig
 from robolearn.builders import build_policy, task_specs
 from robolearn.learner.config import LearnerConfig
+from robolearn.policies.encoders import image_keys
 
 
 class ConfigError(ValueError):
@@ -237,6 +239,10 @@ def check_buildable(cfg: RunConfig) -> None:
         policy = build_policy(cfg, obs_spec, action_spec)
     except (ValueError, NotImplementedError) as exc:
         raise ConfigError(f"config error at 'policy={cfg.policy.name}' for task={cfg.task.name}: {exc}") from None
+    unused = [k for k in image_keys(obs_spec) if getattr(policy, "encoder", None) is None]
+    if unused:  # said, not silent: the policy acts without them
+        print(f"warning: policy={cfg.policy.name} does not use the observation keys {unused} of "
+              f"task={cfg.task.name} (it reads 'state' only)", file=sys.stderr)
     if cfg.actor.realtime and cfg.actor.async_inference and getattr(policy, "horizon", 1) < 2:
         raise ConfigError("config error at 'actor.async_inference': the loop never waits for the policy, so a chunk "
                           "is used one tick after it is asked for at the earliest, and a policy of one action per "

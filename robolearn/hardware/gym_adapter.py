@@ -1,10 +1,15 @@
-"""Any registered gymnasium env with Box (or Dict of Box) spaces as a simulated robot: ``task=gym``.
+"""Any gymnasium env with Box (or Dict of Box) spaces, from any package, as a simulated robot: ``task=gym``.
 
-``robolearn run task=gym task.env_id=Reacher-v5`` wraps ``gymnasium.make(env_id)``:
-- observations: a Box becomes ``state`` (float32, flattened); a Dict maps each key to an array of the
-  same name (3-D uint8 boxes stay uint8 images, everything else float32), with ``observation`` or
-  ``state`` renamed to ``state``. Bounds come from the space; infinite bounds are kept (policies then
-  leave that element unscaled).
+``robolearn run task=gym task.env_id=Reacher-v5`` wraps ``gymnasium.make(env_id, **task.kwargs)``. An env
+another package registers is named as gymnasium does, ``task.env_id=package.module:EnvId`` (the module is
+imported, so it registers its envs), or its modules are listed in ``task.imports``; every process that
+builds the env validates the config, and so imports them.
+- observations: a Box becomes ``state`` (float32, flattened). A Dict: each 3-D uint8 Box stays a camera
+  image of the same name; every other entry is flattened into ``state``, one after the other in the
+  Dict's key order (gymnasium sorts the keys), each element named ``<key>[i]`` in the spec (a
+  goal-conditioned env's ``achieved_goal``, ``desired_goal`` and ``observation`` all reach the policy).
+  Bounds come from the space; infinite bounds are kept (policies then normalise those elements with
+  running statistics of the data).
 - actions: a Box with finite bounds, flattened; the actor's actions are reshaped back.
 - success: ``info["is_success"]`` or ``info["success"]`` when the env reports it, else False.
 ``env.robot`` is a HAL ``Robot`` view of the env, so a gymnasium env is leased and driven like any
@@ -13,6 +18,7 @@ other robot; its ``send_action`` advances the env one step.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,18 +34,25 @@ class GymTaskConfig:
     """``task=gym``."""
 
     name: str = "gym"
-    env_id: str = "Reacher-v5"
+    env_id: str = "Reacher-v5"                             # an id in gymnasium's registry, or module:EnvId
+    imports: list[str] = field(default_factory=list)       # modules to import first (they register envs)
     kwargs: dict[str, Any] = field(default_factory=dict)  # passed to gymnasium.make
     control_hz: float | None = None                        # default: the env's render_fps metadata, else 50
 
     @property
     def robot_type(self) -> str:
-        return self.env_id.replace("/", "_")
+        return self.env_id.replace("/", "_").replace(":", "_")
 
     def __post_init__(self) -> None:
-        if self.env_id not in gym.registry:
-            raise ValueError(f"task.env_id={self.env_id!r} is not a registered gymnasium env "
-                             "(import the package that registers it, or check the id)")
+        module, _, env_id = self.env_id.rpartition(":")
+        for name in [*self.imports, *([module] if module else [])]:
+            try:
+                importlib.import_module(name)
+            except ImportError as exc:
+                raise ValueError(f"task.env_id={self.env_id!r}: cannot import {name!r} ({exc})") from None
+        if env_id not in gym.registry:
+            raise ValueError(f"task.env_id={self.env_id!r}: {env_id!r} is not a registered gymnasium env "
+                             f"(name the module that registers it, package.module:{env_id}, or check the id)")
 
 
 def _bounds(space: gym.spaces.Box) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -56,12 +69,26 @@ def _array_spec(key: str, space: gym.spaces.Space) -> ArraySpec:
     return ArraySpec((int(np.prod(space.shape)),), low=low, high=high)
 
 
-def observation_spec_of(space: gym.spaces.Space) -> tuple[ObservationSpec, dict[str, str]]:
-    """The spec, and which env key feeds each spec key."""
-    if isinstance(space, gym.spaces.Dict):
-        keys = {("state" if k in ("observation", "state") else k): k for k in space.spaces}
-        return ObservationSpec({k: _array_spec(src, space.spaces[src]) for k, src in keys.items()}), keys
-    return ObservationSpec({"state": _array_spec("state", space)}), {"state": ""}
+def _is_image(space: gym.spaces.Space) -> bool:
+    return isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
+
+
+def observation_spec_of(space: gym.spaces.Space) -> tuple[ObservationSpec, dict[str, list[str]]]:
+    """The spec, and which env keys feed each spec key (``state``: the non-image ones, in order)."""
+    if not isinstance(space, gym.spaces.Dict):
+        return ObservationSpec({"state": _array_spec("state", space)}), {"state": []}
+    images = [k for k, sub in space.spaces.items() if _is_image(sub)]
+    parts = [k for k in space.spaces if k not in images]
+    arrays = {k: _array_spec(k, space.spaces[k]) for k in images}
+    sources = {k: [k] for k in images}
+    if parts:
+        specs = [_array_spec(k, space.spaces[k]) for k in parts]
+        names = tuple(f"{k}[{i}]" for k, spec in zip(parts, specs) for i in range(spec.size))
+        arrays["state"] = ArraySpec((len(names),), names=names,
+                                    low=tuple(v for spec in specs for v in spec.low),
+                                    high=tuple(v for spec in specs for v in spec.high))
+        sources["state"] = parts
+    return ObservationSpec(arrays), sources
 
 
 @dataclass
@@ -127,9 +154,14 @@ class GymTaskEnv:
 
     def _convert(self, obs) -> dict[str, np.ndarray]:
         out = {}
-        for key, src in self._keys.items():
+        for key, sources in self._keys.items():
             spec = self.observation_spec.arrays[key]
-            value = obs[src] if src else obs
+            if not sources:  # a Box space: the observation itself
+                value = obs
+            elif key == "state":
+                value = np.concatenate([np.asarray(obs[k], np.float32).ravel() for k in sources])
+            else:
+                value = obs[sources[0]]
             out[key] = np.asarray(value, dtype=spec.dtype).reshape(spec.shape)
         self.last_obs = out
         return out

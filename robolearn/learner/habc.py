@@ -133,6 +133,7 @@ class HABC:
         return sample_chunk_windows(buffer, action_spec, batch_size, self.horizon)
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        self.actor.normalise.update(batch["obs"])  # running statistics of unbounded state elements
         loss_v, loss_e, (z_s, ve_s, z_next, ve_next, success_end) = value_losses(self.heads, batch,
                                                                                  self.cfg.huber_delta)
         self.value_opt.zero_grad(set_to_none=True)

@@ -95,6 +95,7 @@ class HiORS:
                                     min_episode_steps=self.cfg.min_episode_steps)
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        self.actor.normalise.update(batch["obs"])  # running statistics of unbounded state elements
         keep = not_noop(batch["actions"], self.cfg.noop_tolerance)
         self.actor.train()
         fm = self.actor.loss(batch["obs"], batch["actions"], valid=batch["valid"])

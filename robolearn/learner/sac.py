@@ -247,6 +247,7 @@ class SAC:
         obs, action, reward, discount, next_obs = (
             batch["obs"], batch["action"], batch["reward"], batch["discount"], batch["next_obs"])
         alpha = self.temperature.alpha
+        self.actor.normalise.update(obs if isinstance(obs, torch.Tensor) else obs["state"])  # unbounded elements
 
         # --- critic: regress every member onto the min over a random subset of target critics
         feat = self.actor.features(obs)  # with cameras the encoder learns from this loss only

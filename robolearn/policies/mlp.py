@@ -57,8 +57,17 @@ def state_vector_spec(obs_spec: ObservationSpec):
 
 
 class ObsNormaliser(nn.Module):
-    """x -> (x - centre) / half_range, from the spec's bounds (saved with the weights).
-    An element with an infinite bound is left unscaled (centre 0, half range 1)."""
+    """x -> (x - centre) / half_range, (B, S) -> (B, S).
+
+    An element with finite bounds in the spec is scaled by them (fixed, like lerobot's MIN_MAX). An element
+    with an infinite bound is standardised with running statistics of the data instead: ``update`` takes each
+    batch of observations the learner trains on and sets its centre to their mean and its half range to their
+    standard deviation (Chan et al.'s parallel update; unscaled until the first batch), and the result is
+    clipped to [-CLIP, CLIP]. Everything is a buffer, so the statistics travel with the weights to every actor
+    and into checkpoints."""
+
+    CLIP = 10.0
+    MIN_STD = 1e-3
 
     def __init__(self, obs_spec: ObservationSpec) -> None:
         super().__init__()
@@ -70,9 +79,33 @@ class ObsNormaliser(nn.Module):
         half[finite] = np.maximum((high[finite] - low[finite]) / 2, 1e-6)
         self.register_buffer("centre", torch.as_tensor(centre))
         self.register_buffer("half_range", torch.as_tensor(half))
+        self.learned = torch.as_tensor(~finite)  # from the spec, so not saved
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("mean", torch.zeros(len(low), dtype=torch.float64))
+        self.register_buffer("m2", torch.zeros(len(low), dtype=torch.float64))  # sum of squared deviations
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        """Fold a batch of raw observations (B, S) into the running statistics of the unbounded elements."""
+        if not bool(self.learned.any()) or x.shape[0] == 0:
+            return
+        x = x.detach().to(torch.float64)
+        b = x.shape[0]
+        batch_mean = x.mean(dim=0)
+        n = self.count + b
+        delta = batch_mean - self.mean
+        self.m2 += ((x - batch_mean) ** 2).sum(dim=0) + delta ** 2 * self.count * b / n
+        self.mean += delta * b / n
+        self.count.copy_(n)
+        std = (self.m2 / n).sqrt().clamp_min(self.MIN_STD)
+        self.centre[self.learned] = self.mean[self.learned].to(self.centre.dtype)
+        self.half_range[self.learned] = std[self.learned].to(self.half_range.dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (x - self.centre) / self.half_range
+        out = (x - self.centre) / self.half_range
+        if bool(self.learned.any()):
+            out = torch.where(self.learned, out.clamp(-self.CLIP, self.CLIP), out)
+        return out
 
 
 def mlp(sizes: list[int]) -> nn.Sequential:
