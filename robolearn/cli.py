@@ -32,6 +32,8 @@ commands:
   resources  a live run's robots and simulators, their health and lease holders: robolearn resources runs/x
   keys       CurveZMQ keys for sockets off loopback: robolearn keys generate keys/ --clients robot-pc-1
   join       a robot PC's actors in a run whose learner is elsewhere: robolearn join tcp://ws:5555 --keys-dir keys/pc1
+  estop      hold every robot of a live run (or --robot ID) until re-armed, through restarts: robolearn estop runs/x
+  rearm      release it (a person's explicit act; nothing else does): robolearn rearm runs/x
 
 config groups (pick one with group=option, override any key with group.key=value):
   task     reach, push_cube, pick_cube, pick_cube_color, gym (task.env_id=...)
@@ -157,8 +159,20 @@ def _resources() -> None:
     raise SystemExit(resources_main(sys.argv[1:]))
 
 
+def _estop() -> None:
+    from robolearn.runtime.estop_command import main as estop_main
+
+    raise SystemExit(estop_main(sys.argv[1:], rearm=False))
+
+
+def _rearm() -> None:
+    from robolearn.runtime.estop_command import main as estop_main
+
+    raise SystemExit(estop_main(sys.argv[1:], rearm=True))
+
+
 COMMANDS = {"run": _run, "eval": _eval, "record": _record, "buffer": _buffer, "resources": _resources,
-            "keys": _keys, "join": _join}
+            "keys": _keys, "join": _join, "estop": _estop, "rearm": _rearm}
 HYDRA_CONFIGS = {"run": "config", "eval": "eval", "record": "record"}  # commands whose options hydra composes
 
 

@@ -63,6 +63,10 @@ class RunDir:
             path.write_text(uuid.uuid4().hex + "\n")
         return path.read_text().strip()
 
+    def estop(self, robot_id: str = "all") -> Path:
+        """The e-stop latch of one robot, or of every robot of the run (``all``), while it is pressed."""
+        return self.root / "estop" / f"{robot_id}.json"
+
     def ledger(self, actor: str) -> Path:
         return self.root / "ledger" / f"{actor}.log"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from robolearn.actor.chunking import ChunkingConfig
+from robolearn.hardware.safety import SafetyConfig
 
 HUMANS = ("none", "scripted")
 
@@ -25,6 +26,7 @@ class ActorConfig:
     resend_after_s: float = 5.0     # a batch still unacknowledged after this long is sent again
     drain_timeout_s: float = 10.0   # at a clean stop, wait this long for the learner's last acks
     threads: int = 1                # torch threads of each actor process
+    safety: SafetyConfig = field(default_factory=SafetyConfig)  # limits, watchdog (hardware.safety)
 
     def __post_init__(self) -> None:
         for key in ("send_every", "threads"):

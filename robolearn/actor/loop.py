@@ -39,6 +39,7 @@ from robolearn.actor.weights_cache import WeightsCache
 from robolearn.builders import build_policy, build_task
 from robolearn.clock import Clock, DelaySampler, RealClock, SimClock
 from robolearn.hardware.resources import LeaseClient
+from robolearn.hardware.safety import EStop, GuardedRobot
 from robolearn.hardware.teleop import Intervener
 from robolearn.inference.client import ChunkClient, RemoteClient, SimulatedLatencyClient, ThreadedClient
 from robolearn.inference.runner import ChunkPolicyRunner
@@ -97,6 +98,14 @@ class Actor:
             self.robot_id = self.lease.acquire(self.env.robot.name, timeout_s=cfg.runtime.startup_timeout_s,
                                                stop=lambda: bool(self.stop))[0]
             self.env.robot.connect()
+            # from here on every command goes through the guard (limits, non-finite, watchdog, e-stop)
+            self.guard = GuardedRobot(self.env.robot, self.settings.safety,
+                                      EStop(self.run.estop(self.robot_id), also=(self.run.estop(),)),
+                                      self.env.robot.config.control_hz, watch_time=self.settings.realtime)
+            self.env.robot = self.guard
+            if self.guard.estop.latched:
+                print(f"[{self.name}] the e-stop is latched: {self.robot_id} holds until a person re-arms it "
+                      f"(robolearn rearm {self.run.root})", file=sys.stderr, flush=True)
             try:
                 self._act()
             finally:
@@ -205,6 +214,9 @@ class Actor:
                            gate=self._gate, policy_version=lambda: self.weights.version)
         episode_id = self._first_episode_id(int(endpoints["next_episode_id"]), spool)
         while not self.stop and not self._share_taken():
+            self._hold_while_estopped()
+            if self.stop:
+                break
             spool.note("next_episode", episode_id + cfg.runtime.total_actors)  # a restart continues past it
             result = loop.run(seed=cfg.seed * 1_000_003 + episode_id, episode_id=episode_id)
             if not result.stopped and cfg.learner.learning == "sync":
@@ -261,9 +273,29 @@ class Actor:
             self._hold_for_spool()
         if self.stop or self._share_taken():
             return False
+        if self.guard.estop.latched:  # the episode ends here (truncated); the next one waits for a re-arm
+            return False
         if self.settings.max_policy_lag:
             self._throttle(tick)
         return True
+
+    def _hold_while_estopped(self) -> None:
+        """Before an episode: while the e-stop is latched the robot holds (no step, no reset) and the channels
+        keep going; only a person's re-arm ends the wait."""
+        if not self.guard.estop.latched:
+            return
+        state = self.guard.estop.state()
+        why = f"{state.by}: {state.reason}" if state.reason else state.by
+        print(f"[{self.name}] e-stop latched ({why}); {self.robot_id} holds until re-armed "
+              f"(robolearn rearm {self.run.root})", file=sys.stderr, flush=True)
+        while self.guard.estop.latched and not self.stop:
+            self._wait_a_moment()
+            now = time.monotonic()
+            if now - self._last_status_write >= self.cfg.runtime.status_every_s:
+                self._write_status()
+                self._last_status_write = now
+        if not self.stop:
+            print(f"[{self.name}] re-armed; {self.robot_id} acts again", flush=True)
 
     def _hold_for_spool(self) -> None:
         """Back-pressure: while more than ``actor.max_spool_mb`` waits for the learner's acks, the robot holds
@@ -331,6 +363,7 @@ class Actor:
 
     # --- EpisodeLoop subscriber ----------------------------------------------------------------------------
     def on_step(self, step: StepRecord) -> None:
+        self.guard.note_stalled(step.stalled)
         if step.stalled:
             self.recording.log_stall(self.robot_id, step.tick)
         self.intervention_steps += int(step.fields["intervention"])
@@ -365,6 +398,8 @@ class Actor:
             **self.executor.metrics.summary(), "planned_delay_ticks": self.executor.delay.planned(),
             "p50_period_error_ms": clock.period_error_ms(0.5) if isinstance(clock, RealClock) else 0.0,
             "p99_period_error_ms": clock.period_error_ms(0.99) if isinstance(clock, RealClock) else 0.0,
+            "safety": self.guard.counts.as_dict(), "estop_latched": self.guard.estop.latched,
+            "watchdog_tripped": self.guard.watchdog_tripped,
             "pid": os.getpid(), "final": final,
         })
 

@@ -1,0 +1,45 @@
+"""``robolearn estop RUN_DIR [--robot ID] [--reason TEXT]`` and ``robolearn rearm RUN_DIR [--robot ID]``: press or
+release a run's e-stop from any shell (``hardware.safety.EStop``). Without ``--robot`` the e-stop holds every
+robot of the run. A latched e-stop holds the robot through restarts until re-armed here (or by the GUI)."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import time
+from pathlib import Path
+
+from robolearn.hardware.safety import EStop
+from robolearn.rundir import RunDir
+
+
+def main(argv: list[str], rearm: bool) -> int:
+    name = "rearm" if rearm else "estop"
+    ap = argparse.ArgumentParser(prog=f"robolearn {name}", description=__doc__)
+    ap.add_argument("run_dir")
+    ap.add_argument("--robot", default="all", help="one robot's id (robolearn resources RUN_DIR lists them); "
+                                                   "default: every robot of the run")
+    if not rearm:
+        ap.add_argument("--reason", default="", help="said in the log and the status")
+    args = ap.parse_args(argv)
+    run = RunDir(Path(args.run_dir))
+    if not run.config.exists():
+        ap.error(f"{run.root} is not a run directory (no config.yaml)")
+    estop = EStop(run.estop(args.robot))
+    who = f"{getpass.getuser()} (robolearn {name})"
+    if not rearm:
+        estop.press(who, args.reason)
+        print(f"e-stop latched for {'every robot' if args.robot == 'all' else args.robot} of {run.root}: "
+              f"the robots hold until robolearn rearm {run.root}" + ("" if args.robot == "all" else
+                                                                    f" --robot {args.robot}"))
+        return 0
+    state = estop.rearm(who)
+    if not state.latched:
+        print(f"the e-stop for {args.robot} of {run.root} was not latched")
+    else:
+        print(f"re-armed {args.robot} of {run.root} (latched by {state.by or 'unknown'} "
+              f"{time.strftime('%H:%M:%S', time.localtime(state.at))}{': ' + state.reason if state.reason else ''})")
+    others = sorted(p.stem for p in (run.root / "estop").glob("*.json"))
+    if others:
+        print(f"still latched: {', '.join(others)} (robolearn rearm {run.root} --robot ID; 'all' holds every robot)")
+    return 0

@@ -1,0 +1,100 @@
+"""Every command to a robot passes ``hardware.safety.GuardedRobot``: tested on the MuJoCo SO-101 (the same
+``Robot`` interface as lerobot's driver), each behaviour against the sim's own record of what its servos were
+told (``commanded_positions``), not the guard's account of itself."""
+
+import time
+
+import numpy as np
+import pytest
+
+from robolearn.hardware.safety import EStop, GuardedRobot, SafetyConfig
+from robolearn.sim.so101 import SimSO101, SimSO101Config
+
+HZ = 50.0
+
+
+@pytest.fixture
+def arm():
+    robot = SimSO101(SimSO101Config(control_hz=HZ))
+    robot.reset_to(np.array([0.0, -30.0, 30.0, 0.0, 0.0, 20.0], np.float32))
+    yield robot
+    robot.disconnect()
+
+
+def guard(arm, tmp_path, watch_time=False, **cfg):
+    return GuardedRobot(arm, SafetyConfig(**cfg), EStop(tmp_path / "estop" / "sim_so101.json"), HZ, watch_time)
+
+
+def test_commands_are_clipped_to_the_joint_limits_and_to_one_ticks_speed(arm, tmp_path):
+    g = guard(arm, tmp_path, max_speed=100.0)  # 2 per tick at 50 Hz
+    start = arm.get_observation()["state"][0]  # the first command moves from where the arm is
+    for i in range(1, 4):
+        g.send_action(np.array([start + 50.0, -30, 30, 0, 0, 20], np.float32))
+        assert arm.commanded_positions()[0] == pytest.approx(start + 2.0 * i, abs=1e-3)
+    assert g.counts.clipped_speed == 3
+    high = arm.action_spec.array.high_array()
+    for _ in range(400):  # far past the joint's upper limit
+        g.send_action(high + 1000.0)
+    np.testing.assert_allclose(arm.commanded_positions(), high, atol=1e-3)
+    assert g.counts.clipped_to_limits == 400
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_non_finite_command_holds_the_robot_and_is_counted(arm, tmp_path, bad):
+    g = guard(arm, tmp_path)
+    target = arm.commanded_positions() + 1.0
+    g.send_action(target)
+    command = target + 1.0
+    command[2] = bad
+    sent = g.send_action(command)  # no exception: the loop goes on, the robot holds
+    np.testing.assert_allclose(arm.commanded_positions(), target, atol=1e-3)
+    assert np.all(np.isfinite(sent)) and g.counts.rejected_non_finite == 1
+
+
+def test_the_watchdog_holds_a_late_loop_and_lets_go_once_it_is_on_time(arm, tmp_path):
+    g = guard(arm, tmp_path, watch_time=True, watchdog_late_ticks=3, watchdog_recover_ticks=5)
+    base = arm.commanded_positions()
+    for i in range(4):  # each command 3 periods after the one before
+        g.send_action(base + 0.5 * i)
+        time.sleep(3 / HZ)
+    assert g.watchdog_tripped and g.counts.watchdog_trips == 1
+    held = arm.commanded_positions().copy()
+    g.send_action(base + 5.0)  # still late: held
+    np.testing.assert_allclose(arm.commanded_positions(), held, atol=1e-3)
+    for _ in range(5):  # on time again
+        g.send_action(base + 5.0)
+    assert not g.watchdog_tripped
+    g.send_action(base + 5.0)
+    assert not np.allclose(arm.commanded_positions(), held, atol=1e-3)
+    assert g.counts.held_for_watchdog >= 5
+
+
+def test_the_watchdog_holds_when_the_policy_stops_answering(arm, tmp_path):
+    g = guard(arm, tmp_path, watchdog_stall_ticks=4)
+    for _ in range(3):
+        g.note_stalled(True)
+    assert not g.watchdog_tripped
+    g.note_stalled(True)
+    assert g.watchdog_tripped
+    held = arm.commanded_positions().copy()
+    g.send_action(held + 3.0)
+    np.testing.assert_allclose(arm.commanded_positions(), held, atol=1e-3)
+
+
+def test_the_estop_latches_across_restarts_and_only_a_rearm_releases_it(arm, tmp_path):
+    g = guard(arm, tmp_path)
+    base = arm.commanded_positions().copy()
+    g.send_action(base)
+    g.estop.press("keyboard", "person pressed space")
+    for _ in range(200):  # ~4 s of ticks: it never lets go by itself
+        g.send_action(base + 10.0)
+    np.testing.assert_allclose(arm.commanded_positions(), base, atol=1e-3)
+    assert g.counts.held_for_estop == 200
+    replacement = guard(arm, tmp_path)  # a restarted actor: a new guard, the same latch on disk
+    replacement.send_action(base + 10.0)  # held where the arm is (it sags a little under gravity)
+    np.testing.assert_allclose(arm.commanded_positions(), base, atol=1.0)
+    state = replacement.estop.rearm("operator")
+    assert state.latched and state.by == "keyboard" and state.reason == "person pressed space"
+    before = arm.commanded_positions().copy()
+    replacement.send_action(before + 1.0)
+    np.testing.assert_allclose(arm.commanded_positions(), before + 1.0, atol=1e-3)
