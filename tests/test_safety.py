@@ -98,3 +98,13 @@ def test_the_estop_latches_across_restarts_and_only_a_rearm_releases_it(arm, tmp
     before = arm.commanded_positions().copy()
     replacement.send_action(before + 1.0)
     np.testing.assert_allclose(arm.commanded_positions(), before + 1.0, atol=1e-3)
+
+
+def test_a_simulators_reset_moves_the_reference_the_speed_is_measured_from(arm, tmp_path):
+    g = guard(arm, tmp_path, max_speed=100.0)
+    g.send_action(arm.commanded_positions())
+    far = np.array([60.0, 20.0, -20.0, 30.0, 40.0, 50.0], np.float32)
+    g.reset_to(far)  # what the sim task's env.reset does between episodes
+    g.send_action(far + 1.0)
+    np.testing.assert_allclose(arm.commanded_positions(), far + 1.0, atol=1e-3)
+    assert g.counts.clipped_speed == 0

@@ -187,6 +187,13 @@ class GuardedRobot:
             self.counts.clipped_speed += 1
         return self._send(limited)
 
+    def reset_to(self, joint_positions: np.ndarray) -> None:
+        """A simulator's reset places the arm without a command: the next command's speed is measured from
+        there, not from the last command before it. (A real robot has no such call: its reset is a motion
+        through ``send_action``.)"""
+        self.robot.reset_to(joint_positions)
+        self._last = self.action_spec.clip(np.asarray(joint_positions, np.float32))
+
     # --- the watchdog
     def note_stalled(self, stalled: bool) -> None:
         """Told each tick whether the policy had an action for it."""
