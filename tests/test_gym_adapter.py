@@ -123,7 +123,8 @@ def test_an_env_from_a_module_is_imported_by_every_process_and_sac_learns_its_go
                    "runtime.live_console=false"], cwd=tmp_path, timeout=330)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     imported_by = log.read_text()
-    for role in ("worker learner", "worker actor", "worker policy-server"):
+    for role in ("worker.py learner", "worker.py actor", "worker.py policy-server"):
         assert role in imported_by, imported_by
     result = evaluate(tmp_path / "runs" / "goal", episodes=100, seed=700_000)
+    print(result)
     assert result["success_rate"] >= 0.8, result

@@ -13,12 +13,13 @@ def _bytes(frames):
 
 def test_round_trip_keeps_arrays_and_meta():
     arrays = {"a": np.arange(12, dtype=np.float32).reshape(3, 4), "b": np.array([True, False]),
-              "empty": np.zeros((0, 3), np.int64)}
+              "empty": np.zeros((0, 3), np.int64), "scalar": np.array(2.5),  # 0-d, as a state dict's counters
+              "strided": np.arange(12, dtype=np.int16).reshape(3, 4)[:, ::2]}
     msg = decode(_bytes(encode("transitions", "arm-0", 7, {"k": 1}, arrays)))
     assert (msg.type, msg.sender, msg.seq, msg.meta) == ("transitions", "arm-0", 7, {"k": 1})
     for k, v in arrays.items():
         np.testing.assert_array_equal(msg.arrays[k], v)
-        assert msg.arrays[k].dtype == v.dtype
+        assert msg.arrays[k].dtype == v.dtype and msg.arrays[k].shape == v.shape
 
 
 def test_pickled_payload_is_rejected_not_executed():

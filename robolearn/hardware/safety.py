@@ -126,7 +126,7 @@ class GuardedRobot:
 
     def __init__(self, robot: Robot, config: SafetyConfig, estop: EStop, control_hz: float,
                  watch_time: bool = True) -> None:
-        self.robot, self.config, self.estop = robot, config, estop
+        self.robot, self.safety, self.estop = robot, config, estop
         self.name = robot.name
         self.period = 1.0 / control_hz
         self.watch_time = watch_time  # False under a simulated clock: wall time says nothing about its ticks
@@ -181,7 +181,7 @@ class GuardedRobot:
         if not np.array_equal(command, action):
             self.counts.clipped_to_limits += 1
         reference = self._hold()  # the first command too: from where the robot is
-        step = self.config.max_speed * self.period
+        step = self.safety.max_speed * self.period
         limited = np.clip(command, reference - step, reference + step).astype(np.float32)
         if not np.array_equal(limited, command):
             self.counts.clipped_speed += 1
@@ -198,17 +198,17 @@ class GuardedRobot:
     def note_stalled(self, stalled: bool) -> None:
         """Told each tick whether the policy had an action for it."""
         self._stalled = self._stalled + 1 if stalled else 0
-        if self._stalled >= self.config.watchdog_stall_ticks:
+        if self._stalled >= self.safety.watchdog_stall_ticks:
             self._trip(f"the policy gave no action for {self._stalled} ticks in a row")
 
     def _watch(self, now: float) -> None:
         late = self.watch_time and self._t_last is not None and now - self._t_last > 1.5 * self.period
         self._late = self._late + 1 if late else 0
-        if self._late >= self.config.watchdog_late_ticks:
+        if self._late >= self.safety.watchdog_late_ticks:
             self._trip(f"{self._late} commands in a row came late (the loop is missing its deadlines)")
         if self.watchdog_tripped:
             self._on_time = self._on_time + 1 if not late and self._stalled == 0 else 0
-            if self._on_time >= self.config.watchdog_recover_ticks:
+            if self._on_time >= self.safety.watchdog_recover_ticks:
                 self.watchdog_tripped = False
                 self.counts.note(f"watchdog released after {self._on_time} on-time ticks")
 

@@ -50,7 +50,7 @@ def encode(msg_type: str, sender: str, seq: int, meta: dict | None = None,
     arrays = arrays or {}
     specs, frames = [], []
     for name, arr in arrays.items():
-        arr = np.ascontiguousarray(arr)
+        arr = np.require(arr, requirements="C")  # not ascontiguousarray: that turns a 0-d array into shape (1,)
         dtype = _NAMES.get(arr.dtype)
         if dtype is None:
             raise WireError(f"array '{name}' has dtype {arr.dtype}, not one of the wire dtypes")
