@@ -69,16 +69,18 @@ def test_the_watchdog_holds_a_late_loop_and_lets_go_once_it_is_on_time(arm, tmp_
     assert g.counts.held_for_watchdog >= 5
 
 
-def test_the_watchdog_holds_when_the_policy_stops_answering(arm, tmp_path):
+def test_the_watchdog_trips_when_the_policy_stops_answering_and_lets_go_when_it_answers(arm, tmp_path):
     g = guard(arm, tmp_path, watchdog_stall_ticks=4)
     for _ in range(3):
         g.note_stalled(True)
     assert not g.watchdog_tripped
     g.note_stalled(True)
-    assert g.watchdog_tripped
-    held = arm.commanded_positions().copy()
-    g.send_action(held + 3.0)
-    np.testing.assert_allclose(arm.commanded_positions(), held, atol=1e-3)
+    assert g.watchdog_tripped and g.counts.watchdog_trips == 1
+    g.note_stalled(False)  # the first tick with an action again: nothing of the policy's is dropped
+    assert not g.watchdog_tripped
+    before = arm.commanded_positions().copy()
+    g.send_action(before + 1.0)
+    np.testing.assert_allclose(arm.commanded_positions(), before + 1.0, atol=1e-3)
 
 
 def test_the_estop_latches_across_restarts_and_only_a_rearm_releases_it(arm, tmp_path):
@@ -93,7 +95,7 @@ def test_the_estop_latches_across_restarts_and_only_a_rearm_releases_it(arm, tmp
     replacement = guard(arm, tmp_path)  # a restarted actor: a new guard, the same latch on disk
     replacement.send_action(base + 10.0)  # held where the arm is (it sags a little under gravity)
     np.testing.assert_allclose(arm.commanded_positions(), base, atol=1.0)
-    state = replacement.estop.rearm("operator")
+    state = replacement.estop.rearm()
     assert state.latched and state.by == "keyboard" and state.reason == "person pressed space"
     before = arm.commanded_positions().copy()
     replacement.send_action(before + 1.0)
@@ -108,3 +110,48 @@ def test_a_simulators_reset_moves_the_reference_the_speed_is_measured_from(arm, 
     g.send_action(far + 1.0)
     np.testing.assert_allclose(arm.commanded_positions(), far + 1.0, atol=1e-3)
     assert g.counts.clipped_speed == 0
+
+
+def test_a_press_during_a_rearm_is_a_new_latch_and_the_runs_latch_holds_every_robot(arm, tmp_path):
+    own, every = tmp_path / "estop" / "sim_so101.json", tmp_path / "estop" / "all.json"
+    g = GuardedRobot(arm, SafetyConfig(), EStop(own, also=(every,)), HZ, False)
+    EStop(every).press("operator", "everyone back")
+    assert g.estop.latched and g.estop.state().reason == "everyone back"
+    assert not g.estop.rearm().latched  # its own latch was not pressed: the run's still holds
+    assert g.estop.latched
+    EStop(every).rearm()
+    assert not g.estop.latched
+    g.estop.press("gui")
+    assert g.estop.rearm().by == "gui"
+    assert not list((tmp_path / "estop").glob("*rearmed*"))  # nothing left behind
+
+
+def test_what_the_robot_executed_is_what_the_episode_loop_records(tmp_path):
+    """At a joint limit (the robot clips) and under the guard's speed limit, the sim task reports the change
+    its servo targets really made, and the episode loop records that instead of the policy's action."""
+    from robolearn.actor.episode import StepRecord
+    from robolearn.sim.reach import ReachConfig, ReachEnv
+    from tests.test_episode_loop import _loop
+
+    env = ReachEnv(ReachConfig(episode_ticks=5))
+    env.robot = GuardedRobot(env.robot, SafetyConfig(max_speed=50.0), EStop(tmp_path / "estop.json"), 25.0, False)
+    env.reset(seed=0)
+    high = env.robot.action_spec.array.high_array()
+    env.robot.reset_to(np.minimum(env.robot.commanded_positions() + 100.0, high - 1.0))
+    asked = np.full(6, 6.0, np.float32)
+    _, _, _, _, info = env.step(asked)
+    executed = info["executed_action"]
+    assert np.all(executed <= 2.0 + 1e-3) and np.all(executed < asked)  # 50 deg/s at 25 Hz; 1 left to the limit
+
+    class Record:
+        steps: list[StepRecord] = []
+
+        def on_step(self, step):
+            self.steps.append(step)
+
+    record = Record()
+    result = _loop(env, [record]).run(seed=1)
+    for step in record.steps:  # every recorded action is within what the guard lets through
+        assert np.all(np.abs(step.action) <= 2.0 + 1e-3), step.action
+    np.testing.assert_allclose(result.actions, np.stack([s.action for s in record.steps]))
+    env.close()

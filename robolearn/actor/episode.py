@@ -188,6 +188,8 @@ class EpisodeLoop:
             self._notify("on_apply", episode_id, step)
             t_act = time.time()
             next_obs, reward, terminated, truncated, info = self.env.step(action)
+            if info.get("executed_action") is not None:  # clipped or held on its way: record what the robot did
+                action = np.asarray(info["executed_action"], np.float32)
             self.driver.executed(action)
             record = StepRecord(episode_id, step, self.tick, obs, action, float(reward), bool(terminated),
                                 bool(truncated), info, next_obs, fields, stalled, t_obs, t_act)

@@ -6,7 +6,7 @@ imported, so it registers its envs), or its modules are listed in ``task.imports
 builds the env validates the config, and so imports them.
 - observations: a Box becomes ``state`` (float32, flattened). A Dict: each 3-D uint8 Box stays a camera
   image of the same name; every other entry is flattened into ``state``, one after the other in the
-  Dict's key order (gymnasium sorts the keys), each element named ``<key>[i]`` in the spec (a
+  Dict space's key order (sorted, unless the env built it from an OrderedDict), each element named ``<key>[i]`` in the spec (a
   goal-conditioned env's ``achieved_goal``, ``desired_goal`` and ``observation`` all reach the policy).
   Bounds come from the space; infinite bounds are kept (policies then normalise those elements with
   running statistics of the data).
@@ -174,7 +174,8 @@ class GymTaskEnv:
         a = self.action_spec.clip(np.asarray(action, np.float32)).reshape(self._action_shape)
         obs, reward, terminated, truncated, info = self.env.step(a)
         success = bool(info.get("is_success", info.get("success", False)))
-        return self._convert(obs), float(reward), bool(terminated), bool(truncated), {**info, "success": success}
+        return self._convert(obs), float(reward), bool(terminated), bool(truncated), {
+            **info, "success": success, "executed_action": a.reshape(-1)}
 
     def close(self) -> None:
         self.env.close()

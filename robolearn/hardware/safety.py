@@ -4,27 +4,31 @@
 its leased robot only through it. Each ``send_action(command)`` (joint position targets, robot units):
 
     e-stop latched          -> hold, the command ignored (counted)
-    watchdog tripped        -> hold (counted), until the loop has been on time for ``watchdog_recover_ticks``
+    loop late (watchdog)    -> hold (counted), until the loop has been on time for ``watchdog_recover_ticks``
     NaN / inf in it         -> hold, the command rejected (counted); never an exception that ends the loop
     outside the joint range -> clipped to the robot's limits (counted)
-    faster than allowed     -> each joint moved at most ``max_speed`` / control_hz from the last command, or
+    faster than allowed     -> each joint moved at most its speed limit / control_hz from the last command, or
                                for the first one from where the robot is (counted): one tick's worth,
-                               however late the tick
+                               however late the tick. ``max_speed`` for the arm's joints,
+                               ``max_gripper_speed`` for a joint named ``gripper...``
 
 Holding means commanding again the last command that was sent (position-controlled servos then stay where
 they are); before any, the robot's measured joint positions (the first entries of its ``state``, as
 ``hardware.robot.joint_specs`` lays them out).
 
-The watchdog trips when ``watchdog_late_ticks`` commands in a row come later than 1.5 control periods after
-the one before (the loop is missing its deadlines: what it sends was planned for a moment that has passed;
-watched only when the loop runs in wall time, ``watch_time``) or when ``note_stalled`` was told of
-``watchdog_stall_ticks`` stalled ticks in a row (the policy stopped answering). It releases by itself once the
-loop is on time again: it guards a late loop, not a person.
+The watchdog has two triggers. ``watchdog_late_ticks`` commands in a row later than 1.5 control periods after the
+one before (the loop is missing its deadlines: what it sends was planned for a moment that has passed; watched
+only when the loop runs in wall time, ``watch_time``) hold the robot until the loop has been on time for
+``watchdog_recover_ticks``. ``watchdog_stall_ticks`` ticks in a row without a policy action (``note_stalled``:
+the policy stopped answering) trip it too, counted and said; the robot already holds on each stalled tick (the
+episode loop sends the task's ``hold_action``), and the first tick with an action again releases it. It guards a
+late loop or a silent policy, not a person: it lets go by itself.
 
 The e-stop (``EStop``) is a latch in a file of the run directory, so a key, a teleop button, the browser or
 ``robolearn estop`` from another shell can press it, and it survives every restart: a new actor process, a
 reconnect or a reloaded page finds it latched. Only ``rearm`` (a person's explicit act) releases it; nothing
-in this module ever does.
+in this module ever does. (A run directory on a network file system may show a new latch file late: keep it on
+a local disk.)
 """
 
 from __future__ import annotations
@@ -46,14 +50,16 @@ from robolearn.specs import ActionSpec, ObservationSpec
 class SafetyConfig:
     """``actor.safety.*``."""
 
-    max_speed: float = 360.0           # per joint, robot units per second (deg/s; gripper 0..100 per s)
+    max_speed: float = 360.0           # per arm joint, deg/s (the sim tasks move at most 150 at 25 Hz)
+    max_gripper_speed: float = 1000.0  # the gripper, 0..100 units per second (the cube tasks: 375 at 25 Hz)
     watchdog_late_ticks: int = 5       # commands in a row later than 1.5 periods: hold
     watchdog_stall_ticks: int = 50     # ticks in a row without a policy action: hold (the policy stopped answering)
     watchdog_recover_ticks: int = 10   # on-time commands (with an action) before the watchdog lets go
 
     def __post_init__(self) -> None:
-        if self.max_speed <= 0:
-            raise ValueError(f"actor.safety.max_speed must be > 0, got {self.max_speed}")
+        if self.max_speed <= 0 or self.max_gripper_speed <= 0:
+            raise ValueError(f"actor.safety.max_speed and max_gripper_speed must be > 0, got {self.max_speed}, "
+                             f"{self.max_gripper_speed}")
         if min(self.watchdog_late_ticks, self.watchdog_stall_ticks, self.watchdog_recover_ticks) < 1:
             raise ValueError("actor.safety.watchdog_late_ticks, watchdog_stall_ticks and watchdog_recover_ticks "
                              "must be >= 1")
@@ -61,7 +67,7 @@ class SafetyConfig:
 
 @dataclass
 class SafetyCounts:
-    """What the guard did, for the actor's status and the run summary."""
+    """What the guard did, for the actor's status (``safety``)."""
 
     commands: int = 0
     clipped_to_limits: int = 0
@@ -87,6 +93,16 @@ class EStopState:
     at: float = 0.0  # time.time() it was pressed
 
 
+def _read_state(path: Path) -> EStopState:
+    try:
+        data = json.loads(path.read_text() or "{}")
+    except FileNotFoundError:  # re-armed an instant ago
+        return EStopState(False)
+    except json.JSONDecodeError:  # a latch that cannot be read is a latch
+        return EStopState(True, reason=f"unreadable e-stop file {path.name}")
+    return EStopState(True, str(data.get("by", "")), str(data.get("reason", "")), float(data.get("at", 0.0)))
+
+
 class EStop:
     """The latch: pressed by writing ``path``, released only by ``rearm`` removing it. ``also``: latches
     that hold this robot too (the run's ``all``), which its own ``rearm`` does not release."""
@@ -100,20 +116,24 @@ class EStop:
         tmp.write_text(json.dumps({"by": by, "reason": reason, "at": time.time()}))
         tmp.replace(self.path)
 
-    def rearm(self, by: str) -> EStopState:  # noqa: ARG002  (who re-armed goes to the caller's log)
-        """A person's explicit act: release the latch; returns the state it released."""
-        state = self.state()
-        self.path.unlink(missing_ok=True)
+    def rearm(self) -> EStopState:
+        """A person's explicit act: release this latch (not ``also``); returns the state it released. The file is
+        taken away by one rename before it is read, so a press landing meanwhile is a new latch, not erased."""
+        taken = self.path.with_suffix(f".rearmed.{os.getpid()}")
+        try:
+            os.replace(self.path, taken)
+        except FileNotFoundError:
+            return EStopState(False)
+        state = _read_state(taken)
+        taken.unlink()
         return state
 
     def state(self) -> EStopState:
-        try:
-            data = json.loads(self.path.read_text() or "{}")
-        except FileNotFoundError:
-            return EStopState(False)
-        except json.JSONDecodeError:  # being written, or torn: a latch that cannot be read is a latch
-            return EStopState(True, reason="unreadable e-stop file")
-        return EStopState(True, str(data.get("by", "")), str(data.get("reason", "")), float(data.get("at", 0.0)))
+        """The first latch that holds this robot (its own, then ``also``)."""
+        for path in (self.path, *self.also):
+            if path.exists():
+                return _read_state(path)
+        return EStopState(False)
 
     @property
     def latched(self) -> bool:
@@ -134,9 +154,18 @@ class GuardedRobot:
         self._last: np.ndarray | None = None   # the last command sent
         self._t_last: float | None = None
         self._late = self._stalled = self._on_time = 0
-        self.watchdog_tripped = False
+        self._late_trip = self._stall_trip = False
+        names = robot.action_spec.array.names
+        self._speed = np.array([config.max_gripper_speed if n.startswith("gripper") else config.max_speed
+                                for n in names] if names else config.max_speed, np.float32)
+
+    @property
+    def watchdog_tripped(self) -> bool:
+        return self._late_trip or self._stall_trip
 
     def __getattr__(self, name: str) -> Any:  # only called for what this class does not have
+        if name == "robot" or name.startswith("__"):  # not yet set (copy, pickle): no recursion into itself
+            raise AttributeError(name)
         return getattr(self.robot, name)
 
     # --- the Robot protocol
@@ -174,14 +203,14 @@ class GuardedRobot:
             self.counts.rejected_non_finite += 1
             self.counts.note(f"rejected command {action.tolist()} (shape {action.shape}); holding")
             return self._send(self._hold())
-        if self.watchdog_tripped:
+        if self._late_trip:
             self.counts.held_for_watchdog += 1
             return self._send(self._hold())
         command = self.action_spec.clip(action)
         if not np.array_equal(command, action):
             self.counts.clipped_to_limits += 1
         reference = self._hold()  # the first command too: from where the robot is
-        step = self.safety.max_speed * self.period
+        step = self._speed * self.period
         limited = np.clip(command, reference - step, reference + step).astype(np.float32)
         if not np.array_equal(limited, command):
             self.counts.clipped_speed += 1
@@ -198,25 +227,28 @@ class GuardedRobot:
     def note_stalled(self, stalled: bool) -> None:
         """Told each tick whether the policy had an action for it."""
         self._stalled = self._stalled + 1 if stalled else 0
-        if self._stalled >= self.safety.watchdog_stall_ticks:
-            self._trip(f"the policy gave no action for {self._stalled} ticks in a row")
+        if self._stalled >= self.safety.watchdog_stall_ticks and not self._stall_trip:
+            self._stall_trip = True
+            self._count_trip(f"the policy gave no action for {self._stalled} ticks in a row; the robot holds")
+        elif not stalled and self._stall_trip:
+            self._stall_trip = False
+            self.counts.note("the policy answers again")
 
     def _watch(self, now: float) -> None:
         late = self.watch_time and self._t_last is not None and now - self._t_last > 1.5 * self.period
         self._late = self._late + 1 if late else 0
-        if self._late >= self.safety.watchdog_late_ticks:
-            self._trip(f"{self._late} commands in a row came late (the loop is missing its deadlines)")
-        if self.watchdog_tripped:
-            self._on_time = self._on_time + 1 if not late and self._stalled == 0 else 0
+        if self._late >= self.safety.watchdog_late_ticks and not self._late_trip:
+            self._late_trip, self._on_time = True, 0
+            self._count_trip(f"{self._late} commands in a row came late (the loop is missing its deadlines); holding")
+        elif self._late_trip:
+            self._on_time = 0 if late else self._on_time + 1
             if self._on_time >= self.safety.watchdog_recover_ticks:
-                self.watchdog_tripped = False
+                self._late_trip = False
                 self.counts.note(f"watchdog released after {self._on_time} on-time ticks")
 
-    def _trip(self, reason: str) -> None:
-        if not self.watchdog_tripped:
-            self.watchdog_tripped, self._on_time = True, 0
-            self.counts.watchdog_trips += 1
-            self.counts.note(f"watchdog: {reason}; holding")
+    def _count_trip(self, reason: str) -> None:
+        self.counts.watchdog_trips += 1
+        self.counts.note(f"watchdog: {reason}")
 
     # --- holding
     def _hold(self) -> np.ndarray:
@@ -226,6 +258,7 @@ class GuardedRobot:
         return self.action_spec.clip(np.asarray(measured, np.float32))
 
     def _send(self, command: np.ndarray) -> np.ndarray:
-        sent = self.robot.send_action(command)
-        self._last = np.asarray(command, np.float32).copy()
+        sent = np.asarray(self.robot.send_action(command), np.float32)
+        # what the driver reports it sent (after its own clamp) is where the servos are told to be
+        self._last = sent.copy() if sent.shape == command.shape else np.asarray(command, np.float32).copy()
         return sent

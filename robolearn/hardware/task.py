@@ -25,7 +25,9 @@ class TaskEnv(Protocol):
     def reset(self, *, seed: int | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]: ...
 
     def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
-        """(next observation, reward, terminated, truncated, info with ``success``)."""
+        """(next observation, reward, terminated, truncated, info with ``success``). Where the robot did not
+        execute ``action`` as given (clipped at a joint limit or by the safety guard, held), info carries
+        ``executed_action``: what it did execute, in the task's action units; that is what gets recorded."""
         ...
 
     def close(self) -> None: ...

@@ -1,7 +1,8 @@
 """A tanh-squashed Gaussian MLP policy that emits an action chunk (H actions) per observation.
 
 Works in normalised units: observations are scaled to about [-1, 1] with the spec's bounds (fixed,
-like lerobot's MIN_MAX normalisation), actions live in [-1, 1] and the actor maps them to robot
+like lerobot's MIN_MAX normalisation; an unbounded element by running statistics of the data,
+``ObsNormaliser``), actions live in [-1, 1] and the actor maps them to robot
 units with ``ActionSpec.to_robot``. With ``chunk_horizon = 1`` this is the usual SAC actor.
 
 Shapes: ``obs`` (B, obs_dim) float32; actions (B, H * A); log-probs (B,).
@@ -79,10 +80,17 @@ class ObsNormaliser(nn.Module):
         half[finite] = np.maximum((high[finite] - low[finite]) / 2, 1e-6)
         self.register_buffer("centre", torch.as_tensor(centre))
         self.register_buffer("half_range", torch.as_tensor(half))
-        self.learned = torch.as_tensor(~finite)  # from the spec, so not saved
+        self.register_buffer("learned", torch.as_tensor(~finite), persistent=False)  # from the spec: not saved
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
         self.register_buffer("mean", torch.zeros(len(low), dtype=torch.float64))
         self.register_buffer("m2", torch.zeros(len(low), dtype=torch.float64))  # sum of squared deviations
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        """Weights saved before the running statistics existed (a checkpoint, a kept weights file) load with
+        none: their unbounded elements were unscaled, as they are here before the first batch."""
+        for name, value in (("count", self.count), ("mean", self.mean), ("m2", self.m2)):
+            state_dict.setdefault(prefix + name, torch.zeros_like(value))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:

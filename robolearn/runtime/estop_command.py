@@ -1,11 +1,14 @@
 """``robolearn estop RUN_DIR [--robot ID] [--reason TEXT]`` and ``robolearn rearm RUN_DIR [--robot ID]``: press or
 release a run's e-stop from any shell (``hardware.safety.EStop``). Without ``--robot`` the e-stop holds every
-robot of the run. A latched e-stop holds the robot through restarts until re-armed here (or by the GUI)."""
+robot of this machine's run directory. A latched e-stop holds the robot through restarts until re-armed here.
+Robots on robot PCs that joined the run (``robolearn join``) read their own run directory: press it there."""
 
 from __future__ import annotations
 
 import argparse
 import getpass
+import json
+import re
 import time
 from pathlib import Path
 
@@ -25,6 +28,11 @@ def main(argv: list[str], rearm: bool) -> int:
     run = RunDir(Path(args.run_dir))
     if not run.config.exists():
         ap.error(f"{run.root} is not a run directory (no config.yaml)")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", args.robot):
+        ap.error(f"--robot {args.robot!r} is not a robot id (letters, digits, '_', '.', '-')")
+    known = _robot_ids(run)
+    if args.robot != "all" and known is not None and args.robot not in known:
+        ap.error(f"--robot {args.robot!r} is not a robot of this run; its robots: {', '.join(sorted(known))}")
     estop = EStop(run.estop(args.robot))
     who = f"{getpass.getuser()} (robolearn {name})"
     if not rearm:
@@ -33,7 +41,7 @@ def main(argv: list[str], rearm: bool) -> int:
               f"the robots hold until robolearn rearm {run.root}" + ("" if args.robot == "all" else
                                                                     f" --robot {args.robot}"))
         return 0
-    state = estop.rearm(who)
+    state = estop.rearm()
     if not state.latched:
         print(f"the e-stop for {args.robot} of {run.root} was not latched")
     else:
@@ -43,3 +51,16 @@ def main(argv: list[str], rearm: bool) -> int:
     if others:
         print(f"still latched: {', '.join(others)} (robolearn rearm {run.root} --robot ID; 'all' holds every robot)")
     return 0
+
+
+def _robot_ids(run: RunDir) -> set[str] | None:
+    """The robots this machine's actors hold (their status files), or None when none has said yet."""
+    ids = set()
+    for path in (run.root / "status").glob("actor-*.json"):
+        try:
+            robot_id = json.loads(path.read_text()).get("robot_id")
+        except json.JSONDecodeError:  # being replaced
+            continue
+        if robot_id:
+            ids.add(robot_id)
+    return ids or None

@@ -102,10 +102,14 @@ class ArmTaskEnv(gym.Env):
         self.robot.reset_to(home + noise)
         self._tick = 0
 
-    def _apply_delta(self, action: np.ndarray) -> None:
+    def _apply_delta(self, action: np.ndarray) -> np.ndarray:
+        """Move the servo targets by ``action``; returns the change they really made (the robot clips at its
+        joint limits, a safety guard may clip or hold): the executed action, in this task's units."""
         delta = self.action_spec.clip(np.asarray(action, dtype=np.float32))
-        self.robot.send_action(self.robot.commanded_positions() + delta)
+        before = self.robot.commanded_positions()
+        self.robot.send_action(before + delta)
         self._tick += 1
+        return (self.robot.commanded_positions() - before).astype(np.float32)
 
     def hold_action(self) -> np.ndarray:
         """The command that keeps the arm where it is told to be: no change to the servo targets."""

@@ -258,7 +258,7 @@ class PickCubeEnv(CubeTaskEnv):
         return {"success": success, "lift": self.lift(self.target), "instruction": self.instruction}
 
     def step(self, action: np.ndarray):
-        self._apply_delta(action)
+        executed = self._apply_delta(action)
         lift = self.lift(self.target)
         success = lift >= self.task.lift_height
         wrong = any(self.lift(c) >= self.task.lift_height for c in self.cubes if c != self.target)
@@ -267,7 +267,8 @@ class PickCubeEnv(CubeTaskEnv):
         reward += self.task.success_bonus if success else 0.0
         terminated = success or wrong
         truncated = (not terminated) and self._tick >= self.task.episode_ticks
-        return self._obs(), float(reward), bool(terminated), bool(truncated), self._info(success)
+        return (self._obs(), float(reward), bool(terminated), bool(truncated),
+                {**self._info(success), "executed_action": executed})
 
     def expert_action(self) -> np.ndarray:
         """Above the cube with the jaws open and aligned, down, close, lift."""
@@ -346,14 +347,15 @@ class PushCubeEnv(CubeTaskEnv):
         return self._obs(), {"success": False, "distance": self.goal_distance()}
 
     def step(self, action: np.ndarray):
-        self._apply_delta(action)
+        executed = self._apply_delta(action)
         dist = self.goal_distance()
         success = dist <= self.task.goal_radius
         tip = self.robot.data.site_xpos[self._tip]
         reward = -(dist + 0.5 * float(np.linalg.norm(tip - self.cube_pos("red")))) / 0.1
         reward += self.task.success_bonus if success else 0.0
         truncated = (not success) and self._tick >= self.task.episode_ticks
-        return self._obs(), float(reward), bool(success), bool(truncated), {"success": success, "distance": dist}
+        return self._obs(), float(reward), bool(success), bool(truncated), {"success": success, "distance": dist,
+                                                                            "executed_action": executed}
 
     def expert_action(self) -> np.ndarray:
         """Get behind the cube (seen from the goal), come down, push it along the line to the goal;

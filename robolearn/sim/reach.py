@@ -76,9 +76,10 @@ class ReachEnv(ArmTaskEnv):
         return self._obs(), {"success": False, "distance": self.tip_distance()}
 
     def step(self, action: np.ndarray):
-        self._apply_delta(action)
+        executed = self._apply_delta(action)
         dist = self.tip_distance()
         success = dist <= self.task.success_radius
         reward = -dist / 0.1 + (self.task.success_bonus if success else 0.0)
         truncated = (not success) and self._tick >= self.task.episode_ticks
-        return self._obs(), float(reward), bool(success), bool(truncated), {"success": success, "distance": dist}
+        return self._obs(), float(reward), bool(success), bool(truncated), {"success": success, "distance": dist,
+                                                                            "executed_action": executed}
