@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from robolearn.hardware.safety import EStop, GuardedRobot, SafetyConfig
+from robolearn.hardware.teleop import TeleopReading
 from robolearn.sim.so101 import SimSO101, SimSO101Config
 
 HZ = 50.0
@@ -149,9 +150,21 @@ def test_what_the_robot_executed_is_what_the_episode_loop_records(tmp_path):
         def on_step(self, step):
             self.steps.append(step)
 
-    record = Record()
-    result = _loop(env, [record]).run(seed=1)
-    for step in record.steps:  # every recorded action is within what the guard lets through
-        assert np.all(np.abs(step.action) <= 2.0 + 1e-3), step.action
-    np.testing.assert_allclose(result.actions, np.stack([s.action for s in record.steps]))
+    class PushesHard:  # a teleop that drives every tick, asking the most the task allows
+        def reset(self):
+            pass
+
+        def read(self):
+            return TeleopReading(asked, intervening=True)
+
+        def observe(self, executed):
+            self.executed = executed
+
+    record, human = Record(), PushesHard()
+    loop = _loop(env, [record])
+    loop.driver.human = human
+    loop.run(seed=1)
+    for step in record.steps:  # what was recorded is what the guard let through, not the +6 asked
+        assert np.all(np.abs(step.action) <= 2.0 + 1e-3) and step.fields["intervention"], step.action
+    np.testing.assert_allclose(human.executed, record.steps[-1].action)  # the teleop is told the same
     env.close()

@@ -6,8 +6,9 @@ imported, so it registers its envs), or its modules are listed in ``task.imports
 builds the env validates the config, and so imports them.
 - observations: a Box becomes ``state`` (float32, flattened). A Dict: each 3-D uint8 Box stays a camera
   image of the same name; every other entry is flattened into ``state``, one after the other in the
-  Dict space's key order (sorted, unless the env built it from an OrderedDict), each element named ``<key>[i]`` in the spec (a
-  goal-conditioned env's ``achieved_goal``, ``desired_goal`` and ``observation`` all reach the policy).
+  Dict space's key order (sorted, unless the env built it from an OrderedDict), each element named
+  ``<key>[i]`` in the spec (a goal-conditioned env's ``achieved_goal``, ``desired_goal`` and
+  ``observation`` all reach the policy).
   Bounds come from the space; infinite bounds are kept (policies then normalise those elements with
   running statistics of the data).
 - actions: a Box with finite bounds, flattened; the actor's actions are reshaped back.
