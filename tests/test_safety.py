@@ -135,7 +135,8 @@ def test_what_the_robot_executed_is_what_the_episode_loop_records(tmp_path):
     from tests.test_episode_loop import _loop
 
     env = ReachEnv(ReachConfig(episode_ticks=5))
-    env.robot = GuardedRobot(env.robot, SafetyConfig(max_speed=50.0), EStop(tmp_path / "estop.json"), 25.0, False)
+    env.robot = GuardedRobot(env.robot, SafetyConfig(max_speed=50.0, max_gripper_speed=50.0),
+                             EStop(tmp_path / "estop.json"), 25.0, False)
     env.reset(seed=0)
     high = env.robot.action_spec.array.high_array()
     env.robot.reset_to(np.minimum(env.robot.commanded_positions() + 100.0, high - 1.0))
