@@ -7,6 +7,8 @@ de-duplication must drop them (without it they are refused as overlaps and end i
 The learner's kill loses in-flight batches unless they are acknowledged end to end and re-sent. The server's
 kill costs the robots stalls while it restarts, nothing else."""
 
+import json
+import re
 import sys
 from pathlib import Path
 
@@ -39,3 +41,8 @@ def test_four_kills_lose_nothing_and_store_nothing_twice(tmp_path):
     assert sorted(x["process"] for x in restarts) == ["actor-0", "actor-1", "learner", "policy-server"], restarts
     assert all(x["exit_code"] == -9 and x["ready_after_s"] is not None for x in restarts), restarts
     assert r["max_actor_rejoin_s"] <= 3 * MAX_REJOIN_S  # the issue's 5 s is the benchmark's goal, on a quiet machine
+    # the restarted learner came back from its checkpoint with the whole buffer log, and kept learning past it
+    learner = json.loads((tmp_path / "runs" / "chaos" / "status" / "learner.json").read_text())
+    assert learner["resumed_from"] is not None and learner["updates"] > learner["resumed_from"]["updates"], learner
+    log = (tmp_path / "runs" / "chaos" / "logs" / "learner.log").read_text()
+    assert re.search(r"\[learner\] loaded [1-9]\d* transitions", log), log[-2000:]

@@ -77,6 +77,7 @@ def test_second_run_with_the_same_name_needs_resume(tmp_path):
     assert r.returncode == 2 and "resume=true" in r.stderr
 
 
+@pytest.mark.slow  # make test-all; make test's chaos test kills the learner too and checks its restart
 def test_a_killed_learner_is_restarted_from_its_checkpoint_and_nothing_is_lost(tmp_path):
     from robolearn.runtime.audit import audit_run
 

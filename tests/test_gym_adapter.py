@@ -13,7 +13,7 @@ from robolearn.hardware.robot import Robot
 from robolearn.registry import lookup
 from tests.helpers import read_buffer, robolearn
 
-GOAL_STEPS = 6000  # what SAC needs on GoalPoint here (two actors at 50 Hz: about a minute)
+GOAL_STEPS = 5000  # what SAC needs on GoalPoint here (two actors at 50 Hz: under a minute)
 
 
 @pytest.mark.parametrize("env_id, obs_dim, act_dim", [("Reacher-v5", 10, 2), ("Pusher-v5", 23, 7)])
