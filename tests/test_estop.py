@@ -10,16 +10,14 @@ import time
 import pytest
 
 from robolearn.actor.step_ledger import read_ledger
+from robolearn.logging.status import read_json
 from tests.helpers import fast_run_overrides, robolearn, start_robolearn, wait_for
 
 pytestmark = pytest.mark.e2e
 
 
 def _status(run):
-    try:
-        return json.loads((run / "status" / "actor-0.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
+    return read_json(run / "status" / "actor-0.json") or {}
 
 
 def _begun(run) -> int:

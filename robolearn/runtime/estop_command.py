@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import json
 import re
 import time
 from pathlib import Path
 
 from robolearn.hardware.safety import EStop
+from robolearn.logging.status import read_json
 from robolearn.rundir import RunDir
 
 
@@ -55,12 +55,5 @@ def main(argv: list[str], rearm: bool) -> int:
 
 def _robot_ids(run: RunDir) -> set[str] | None:
     """The robots this machine's actors hold (their status files), or None when none has said yet."""
-    ids = set()
-    for path in (run.root / "status").glob("actor-*.json"):
-        try:
-            robot_id = json.loads(path.read_text()).get("robot_id")
-        except json.JSONDecodeError:  # being replaced
-            continue
-        if robot_id:
-            ids.add(robot_id)
-    return ids or None
+    ids = {(read_json(path) or {}).get("robot_id") for path in (run.root / "status").glob("actor-*.json")}
+    return {i for i in ids if i} or None
