@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import termios
 from pathlib import Path
 
 import hydra
@@ -45,7 +47,7 @@ A wrong key or value fails at start with a message naming it. See README.md and 
 """
 CONFIG_PATH = "pkg://robolearn.configs"
 # on resume only these may change; the rest defines the learning problem and comes from the run dir
-RESUME_MUTABLE = ("budget.", "runtime.", "actor.", "learner.", "resume=", "run_name=", "runs_dir=")
+RESUME_MUTABLE = ("budget.", "runtime.", "actor.", "learner.", "teleop.", "resume=", "run_name=", "runs_dir=")
 
 
 def _fail(msg: str) -> None:
@@ -87,17 +89,55 @@ def _prepare_run(cfg: DictConfig) -> tuple[RunConfig, RunDir]:
         check_buildable(run_cfg)  # task / robot / policy / algo fit together: fail here, before any process
     except ConfigError as exc:
         _fail(str(exc))
+    _name_the_terminal(run_cfg)
     run.root.mkdir(parents=True, exist_ok=True)
     run.config.write_text(to_yaml(run_cfg))
     run.run_id()
     return run_cfg, run
 
 
+def _name_the_terminal(cfg: RunConfig) -> None:
+    """``teleop.tty=auto``: the person's keys come from the terminal ``robolearn run`` runs in. Named here, before
+    the config is written, because the actor runs in a session of its own and opens it by its name."""
+    if getattr(cfg.teleop, "tty", None) != "auto":
+        return
+    if not sys.stdin.isatty():
+        _fail(f"teleop={cfg.teleop.name} reads the person's keys from a terminal, and robolearn run is not in one; "
+              "run it in a terminal (ssh -t over SSH) or name one with teleop.tty=/dev/pts/N")
+    cfg.teleop.tty = os.ttyname(sys.stdin.fileno())
+
+
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
 def _run(cfg: DictConfig) -> None:
     run_cfg, run = _prepare_run(cfg)
-    summary = lookup("runtime", run_cfg.runtime.name).factory(run_cfg, run)
+    terminal = getattr(run_cfg.teleop, "tty", None)
+    if terminal:
+        from robolearn.hardware.operator import HELP, TIP_HELP
+
+        print(f"[robolearn] the person's keys are read from {terminal}: {HELP}"
+              + (f"; {TIP_HELP}" if run_cfg.teleop.name == "keyboard" else ""), flush=True)
+    saved = _terminal_mode(terminal)
+    try:
+        summary = lookup("runtime", run_cfg.runtime.name).factory(run_cfg, run)
+    finally:
+        if saved is not None:  # an actor killed in cbreak mode cannot give the terminal back its line editing
+            termios.tcsetattr(saved[0], termios.TCSANOW, saved[1])
+            os.close(saved[0])
     raise SystemExit(0 if summary["ok"] else 1)
+
+
+def _terminal_mode(path: str | None) -> tuple[int, list] | None:
+    """The mode of the person's terminal before the run (restored after it), if it is one."""
+    if not path:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError as exc:
+        _fail(f"teleop.tty={path}: cannot open it ({exc.strerror})")
+    if not os.isatty(fd):
+        os.close(fd)
+        _fail(f"teleop.tty={path} is not a terminal")
+    return fd, termios.tcgetattr(fd)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="eval")

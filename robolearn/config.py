@@ -84,6 +84,7 @@ class RunSchema(TopLevel):
     run_name: str = "${task.name}-${algo.name}-${now:%Y%m%d-%H%M%S}"
     task: Any = MISSING
     robot: Any = MISSING
+    teleop: Any = MISSING
     policy: Any = MISSING
     algo: Any = MISSING
     runtime: Any = MISSING
@@ -166,6 +167,7 @@ class RunConfig:
     actor: ActorConfig
     task: ChoiceConfig
     robot: RobotConfig
+    teleop: ChoiceConfig
     policy: ChoiceConfig
     algo: ChoiceConfig
     runtime: RuntimeConfig
@@ -210,7 +212,25 @@ def validate(cfg: DictConfig | dict) -> RunConfig:
                           "set runtime.num_actors=1")
     if cfg.runtime.policy_server:
         _check_policy_server(cfg)
+    _check_teleop(cfg)
     return cfg
+
+
+def _check_teleop(cfg: RunConfig) -> None:
+    """A person (``teleop=...``) belongs to a task on a robot (``task=real``), and that task needs one."""
+    real = cfg.task.name == "real"
+    if real and cfg.teleop.name == "none":
+        raise ConfigError("config error at 'teleop': task=real takes its rewards and resets from a person; choose "
+                          "teleop=keyboard or teleop=so101_leader (teleop=scripted on the sim twin)")
+    if not real and cfg.teleop.name != "none":
+        raise ConfigError(f"config error at 'teleop': teleop={cfg.teleop.name} is the person of task=real; the sim "
+                          f"task {cfg.task.name} takes its rewards from the simulator (its scripted human: "
+                          "actor.human=scripted)")
+    if real and cfg.actor.human != "none":
+        raise ConfigError("config error at 'actor.human': task=real has its person in teleop=...; set actor.human=none")
+    if real and cfg.robot.name != "sim_so101" and not cfg.actor.realtime:
+        raise ConfigError(f"config error at 'actor.realtime': robot={cfg.robot.name} is hardware and runs in wall "
+                          "time; set actor.realtime=true")
 
 
 def _check_policy_server(cfg: RunConfig) -> None:

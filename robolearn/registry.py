@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-CONFIG_GROUPS = ("task", "robot", "policy", "algo", "runtime")  # chosen in the config: task=reach, algo=sac
+CONFIG_GROUPS = ("task", "robot", "teleop", "policy", "algo", "runtime")  # chosen in the config: task=reach, algo=sac
 GROUPS = (*CONFIG_GROUPS, "human")  # human: the teleops that may take over in sim (actor.human=scripted)
 
 

@@ -25,6 +25,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -84,6 +85,7 @@ class Actor:
         self._status_env_steps: int | None = None  # the learner's ingested steps in the newest status
         self._steps_since_status = 0
         self._last_status_write = 0.0
+        self.operator = None  # the person at a real robot (teleop=...), connected after the lease
 
     # --- start and end: the lease brackets every use of the robot ----------------------------------------
     def run_forever(self) -> None:
@@ -106,9 +108,12 @@ class Actor:
             if self.guard.estop.latched:
                 print(f"[{self.name}] the e-stop is latched: {self.robot_id} holds until a person re-arms it "
                       f"(robolearn rearm {self.run.root})", file=sys.stderr, flush=True)
+            self.operator = self._operator()  # the person's devices too open only once the lease is held
             try:
                 self._act()
             finally:
+                if self.operator is not None:
+                    self.operator.disconnect()
                 self.env.close()  # disconnects the robot before the lease is released
         finally:
             self.lease.close()
@@ -129,10 +134,23 @@ class Actor:
         return self._wait_for(what, lambda: read_json(path), self.cfg.runtime.startup_timeout_s)
 
     def _human(self) -> Intervener | None:
-        """The teleop that may take over: the scripted human in sim (``actor.human=scripted``)."""
+        """The teleop that may take over: the person of task=real (``teleop=...``), or the scripted human of a
+        sim task (``actor.human=scripted``)."""
+        if self.operator is not None:
+            return self.operator
         if self.settings.human == "none":
             return None
         return lookup("human", self.settings.human).factory(self.env)
+
+    def _operator(self):
+        """``teleop=...``: the person at the robot (``hardware.operator``), connected, its e-stop key wired to
+        this robot's latch. None for sim tasks."""
+        if self.cfg.teleop.name == "none":
+            return None
+        operator = lookup("teleop", self.cfg.teleop.name).factory(self.cfg.teleop, self.env)
+        operator.estop = self.guard.estop
+        operator.connect()
+        return operator
 
     def _client(self, runner: ChunkPolicyRunner, ctx: zmq.Context) -> tuple[Clock, ChunkClient] | None:
         """None: stopped while waiting for the policy server."""
@@ -210,6 +228,9 @@ class Actor:
         recorder = TransitionRecorder(self.env.observation_spec,
                                       lambda arrays: self.sender.send(self.robot_id, arrays), self.settings.send_every,
                                       stage=journal)
+        if self.operator is not None:  # resets and waits for the person keep the channels going
+            self.env.attach_operator(self.operator, keep_waiting=self._keep_waiting_for_person,
+                                     realtime=self.settings.realtime)
         loop = EpisodeLoop(self.env, self.executor, self.clock, self._human(), subscribers=[ledger, recorder, self],
                            gate=self._gate, policy_version=lambda: self.weights.version)
         episode_id = self._first_episode_id(int(endpoints["next_episode_id"]), spool)
@@ -313,6 +334,17 @@ class Actor:
         self.sender.poll()
         return not self.stop
 
+    def _keep_waiting_for_person(self) -> bool:
+        """A beat of a reset or of the wait for the person's "ready": channels polled, status kept fresh; False
+        once the run stops or the e-stop latches (the episode then ends before its first step)."""
+        self.weights.poll()
+        self.sender.poll()
+        now = time.monotonic()
+        if now - self._last_status_write >= self.cfg.runtime.status_every_s:
+            self._write_status()
+            self._last_status_write = now
+        return not self.stop and not self.guard.estop.latched
+
     def _wait_a_moment(self) -> None:
         """One beat of a wait for the learner: weights and status in, and the transitions channel kept going
         (acks in, re-sends out): the learner may be waiting for a batch a reset link lost."""
@@ -400,6 +432,8 @@ class Actor:
             "p99_period_error_ms": clock.period_error_ms(0.99) if isinstance(clock, RealClock) else 0.0,
             "safety": self.guard.counts.as_dict(), "estop_latched": self.guard.estop.latched,
             "watchdog_tripped": self.guard.watchdog_tripped,
+            "operator_prompt": getattr(self.operator, "prompt", ""),
+            "task": asdict(self.env.counts) if is_dataclass(getattr(self.env, "counts", None)) else {},
             "pid": os.getpid(), "final": final,
         })
 

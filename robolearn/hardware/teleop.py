@@ -26,6 +26,8 @@ class TeleopEvent(StrEnum):
     FAILURE = "failure"
     RERECORD = "rerecord"
     STOP = "stop"
+    READY = "ready"          # the scene is reset: start the episode
+    ESTOP = "estop"          # latch the e-stop (hardware.safety.EStop)
 
 
 @dataclass
@@ -72,6 +74,7 @@ class Camera(Protocol):
 
 @dataclass
 class LerobotTeleopConfig:
+    name: str = "so101_leader"
     type: str = "so101_leader"      # lerobot teleoperator type
     port: str | None = "/dev/ttyACM1"
     id: str = "robolearn_leader"

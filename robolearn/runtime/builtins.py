@@ -14,6 +14,13 @@ from robolearn.config import store_config_schemas
 def register_builtins() -> None:
     from robolearn.hardware.gym_adapter import GymTaskConfig, GymTaskEnv
     from robolearn.hardware.lerobot_robot import LerobotRobot, LerobotRobotConfig
+    from robolearn.hardware.operator import (
+        KeyboardTeleopConfig,
+        LeaderTeleopConfig,
+        NoTeleopConfig,
+        ScriptedPersonConfig,
+        make_operator,
+    )
     from robolearn.learner.habc import HABC, HABCConfig
     from robolearn.learner.hiors import HiORS, HiORSConfig
     from robolearn.learner.sac import SAC, SACConfig
@@ -24,6 +31,7 @@ def register_builtins() -> None:
     from robolearn.sim.intervention import ScriptedHuman, ScriptedHumanConfig
     from robolearn.sim.reach import ReachConfig, ReachEnv
     from robolearn.sim.so101 import SimSO101, SimSO101Config
+    from robolearn.tasks.real import RealTaskConfig, RealTaskEnv
 
     for group, name, config_cls, factory in (
         ("task", "reach", ReachConfig, ReachEnv),
@@ -31,8 +39,13 @@ def register_builtins() -> None:
         ("task", "pick_cube_color", PickCubeColorConfig, PickCubeEnv),
         ("task", "push_cube", PushCubeConfig, PushCubeEnv),
         ("task", "gym", GymTaskConfig, GymTaskEnv),
+        ("task", "real", RealTaskConfig, RealTaskEnv),
         ("robot", "sim_so101", SimSO101Config, SimSO101),
         ("robot", "so101", LerobotRobotConfig, LerobotRobot),
+        ("teleop", "none", NoTeleopConfig, None),
+        ("teleop", "keyboard", KeyboardTeleopConfig, make_operator),
+        ("teleop", "so101_leader", LeaderTeleopConfig, make_operator),
+        ("teleop", "scripted", ScriptedPersonConfig, make_operator),
         ("policy", "mlp", MLPPolicyConfig, make_policy),
         ("policy", "flow_chunk", FlowChunkPolicyConfig, make_flow_policy),
         ("algo", "sac", SACConfig, SAC),

@@ -232,7 +232,20 @@ def _status_line(status: dict, elapsed: float) -> Text:
         ("success(50) ", ""), (f"{100 * learner.get('success_rate_50', 0.0):5.1f}%  ", "green"),
         f"updates {learner.get('updates', 0):>7} ({learner.get('updates_per_s', 0.0):5.1f}/s)  ",
         f"policy v{learner.get('version', 0)} lag {lag}",
+        *_person_lines(actors),
     )
+
+
+def _person_lines(actors: list[dict]) -> list:
+    """What a person must know at once: a robot held by the e-stop, and what a robot waits for from them."""
+    out: list = []
+    for a in actors:
+        robot = a.get("robot_id", "?")
+        if a.get("estop_latched"):
+            out.append((f"\n{robot}: E-STOP latched, holding (robolearn rearm RUN_DIR)", "bold white on red"))
+        elif a.get("operator_prompt"):
+            out.append((f"\n{robot}: {a['operator_prompt']}", "bold yellow"))
+    return out
 
 
 def _summary(run: RunDir, procs: dict, wall_s: float, stop_reason: str, failure: str, codes: dict) -> dict:

@@ -87,6 +87,10 @@ class ArmTaskEnv(gym.Env):
     def _state_extra(self) -> np.ndarray:
         raise NotImplementedError
 
+    def success(self) -> bool:
+        """The sim's own success signal now (privileged: ``task=real`` on the twin hides it from the learner)."""
+        raise NotImplementedError
+
     def _obs(self) -> dict[str, np.ndarray]:
         state = self.robot.get_observation()["state"]
         obs = {"state": np.concatenate([state, self._state_extra()]).astype(np.float32)}

@@ -254,13 +254,17 @@ class PickCubeEnv(CubeTaskEnv):
         self._phase = "approach"
         return self._obs(), self._info(False)
 
+    def success(self) -> bool:
+        """The sim's own success signal: the target cube lifted ``lift_height`` off the table."""
+        return self.lift(self.target) >= self.task.lift_height
+
     def _info(self, success: bool) -> dict:
         return {"success": success, "lift": self.lift(self.target), "instruction": self.instruction}
 
     def step(self, action: np.ndarray):
         executed = self._apply_delta(action)
         lift = self.lift(self.target)
-        success = lift >= self.task.lift_height
+        success = self.success()
         wrong = any(self.lift(c) >= self.task.lift_height for c in self.cubes if c != self.target)
         dist = float(np.linalg.norm(self.grasp_pos() - self.cube_pos(self.target)))
         reward = -dist / 0.1 + 2.0 * min(max(lift, 0.0) / self.task.lift_height, 1.0)
@@ -331,6 +335,10 @@ class PushCubeEnv(CubeTaskEnv):
     def goal_distance(self) -> float:
         return float(np.linalg.norm(self.cube_pos("red")[:2] - self.goal))
 
+    def success(self) -> bool:
+        """The sim's own success signal: the cube's centre within ``goal_radius`` of the goal."""
+        return self.goal_distance() <= self.task.goal_radius
+
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         self._reset_scene(seed)
         t, rng = self.task, self.np_random
@@ -349,7 +357,7 @@ class PushCubeEnv(CubeTaskEnv):
     def step(self, action: np.ndarray):
         executed = self._apply_delta(action)
         dist = self.goal_distance()
-        success = dist <= self.task.goal_radius
+        success = self.success()
         tip = self.robot.data.site_xpos[self._tip]
         reward = -(dist + 0.5 * float(np.linalg.norm(tip - self.cube_pos("red")))) / 0.1
         reward += self.task.success_bonus if success else 0.0

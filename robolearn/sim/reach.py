@@ -64,6 +64,10 @@ class ReachEnv(ArmTaskEnv):
         dq = j.T @ np.linalg.solve(j @ j.T + 1e-4 * np.eye(3), self._target - d.site_xpos[self._tip])
         return self.action_spec.clip(np.concatenate([np.degrees(dq), [0.0]]).astype(np.float32))
 
+    def success(self) -> bool:
+        """The sim's own success signal: the tip within ``success_radius`` of the target."""
+        return self.tip_distance() <= self.task.success_radius
+
     def tip_distance(self) -> float:
         return float(np.linalg.norm(self.robot.data.site_xpos[self._tip] - self._target))
 
@@ -78,7 +82,7 @@ class ReachEnv(ArmTaskEnv):
     def step(self, action: np.ndarray):
         executed = self._apply_delta(action)
         dist = self.tip_distance()
-        success = dist <= self.task.success_radius
+        success = self.success()
         reward = -dist / 0.1 + (self.task.success_bonus if success else 0.0)
         truncated = (not success) and self._tick >= self.task.episode_ticks
         return self._obs(), float(reward), bool(success), bool(truncated), {"success": success, "distance": dist,

@@ -1,0 +1,365 @@
+"""The person at a real robot, as the run sees them: ``teleop=keyboard``, ``teleop=so101_leader`` or, on the
+sim twin only, ``teleop=scripted``.
+
+A person gives the run four things: labels (success, failure, re-record), "ready" after a reset, the e-stop,
+and, while they take over, the robot's command. ``Operator`` reads their keys from a terminal
+(``hardware.terminal_keys``: over SSH, without X) and their teleop device, and is at once
+
+- the loop's ``Intervener`` (``actor.episode.TickDriver``): while they take over, ``read()`` returns the task
+  action that moves the command toward their target (leader arm: its joint positions; keyboard: a gripper
+  tip target solved through the arm's inverse kinematics), and
+- the task's reward source and reset partner (``hardware.real_task``): ``take_label()``, ``take_ready()``.
+
+**Bumpless.** Whoever drives, the command moves from where the arm is told to be toward the person's target
+by at most ``max_speed`` / ``control_hz`` per tick (``max_gripper_speed`` for the gripper): taking over
+with the leader arm 60 degrees away from the follower moves the follower there over a second or so, never
+in one jump (lerobot's teleoperation jumps). Handing back is bumpless too: the policy's actions are
+bounded changes of the command it finds.
+
+Keys (``KEYS``; ``h`` prints them): ``y`` success, ``n`` failure, ``r`` re-record (each ends the episode),
+Enter ready, space takes over / hands back (a terminal has no key-up, so it is a toggle), ``e`` or Esc the
+e-stop. ``teleop=keyboard`` moves the tip target by ``step_m`` per key while taking over: ``w``/``s``
+(or up/down) +x/-x, ``a``/``d`` (or left/right) +y/-y, ``q``/``z`` up/down, ``o``/``c`` open/close.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from robolearn.hardware.safety import EStop
+from robolearn.hardware.teleop import LerobotTeleop, LerobotTeleopConfig, TeleopEvent, TeleopReading
+from robolearn.hardware.terminal_keys import TerminalKeys
+
+KEYS = {"y": TeleopEvent.SUCCESS, "n": TeleopEvent.FAILURE, "r": TeleopEvent.RERECORD, "enter": TeleopEvent.READY,
+        "space": TeleopEvent.INTERVENTION_ON, "e": TeleopEvent.ESTOP, "esc": TeleopEvent.ESTOP}
+LABELS = (TeleopEvent.SUCCESS, TeleopEvent.FAILURE, TeleopEvent.RERECORD)
+TIP_KEYS = {"w": (0, 1), "up": (0, 1), "s": (0, -1), "down": (0, -1), "a": (1, 1), "left": (1, 1),
+            "d": (1, -1), "right": (1, -1), "q": (2, 1), "z": (2, -1)}
+HELP = ("keys: y success | n failure | r re-record | Enter ready | space take over / hand back | "
+        "e or Esc E-STOP | h help")
+TIP_HELP = "while taking over: w/s +x/-x | a/d +y/-y | q/z up/down | o/c open/close the gripper"
+
+
+@dataclass
+class PersonConfig:
+    """What every ``teleop=...`` option has."""
+
+    name: str = "none"
+    tty: str = "auto"                  # the terminal the keys come from; auto: the one robolearn run started in
+    max_speed: float = 90.0            # deg/s: the command's change per second while the person drives
+    max_gripper_speed: float = 200.0   # gripper units/s
+
+    def __post_init__(self) -> None:
+        if self.max_speed <= 0 or self.max_gripper_speed <= 0:
+            raise ValueError(f"teleop.max_speed and teleop.max_gripper_speed must be > 0, got {self.max_speed}, "
+                             f"{self.max_gripper_speed}")
+
+
+@dataclass
+class KeyboardTeleopConfig(PersonConfig):
+    """``teleop=keyboard``: keys drive the gripper tip (inverse kinematics) while taking over."""
+
+    name: str = "keyboard"
+    step_m: float = 0.01               # tip target moved per key press (auto-repeat while held)
+    gripper_step: float = 20.0         # gripper target per o/c press (0..100 units)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.step_m <= 0 or self.gripper_step <= 0:
+            raise ValueError("teleop.step_m and teleop.gripper_step must be > 0")
+
+
+@dataclass
+class LeaderTeleopConfig(PersonConfig, LerobotTeleopConfig):
+    """``teleop=so101_leader`` (or any lerobot teleoperator type): the device gives joint targets."""
+
+    name: str = "so101_leader"
+    always_intervening: bool = False   # the leader drives only while the person has taken over (space)
+
+
+@dataclass
+class NoTeleopConfig:
+    """``teleop=none``: no person (sim tasks)."""
+
+    name: str = "none"
+
+
+class Arm(Protocol):
+    """What the person's commands are made against: the task on the robot (``hardware.real_task``)."""
+
+    control_hz: float
+
+    def commanded(self) -> np.ndarray:
+        """The joint targets (robot units) the arm is told to hold now."""
+
+    def action_toward(self, joint_target: np.ndarray) -> np.ndarray:
+        """The task action that moves the command toward ``joint_target`` (bounded by the task)."""
+
+    def tip_position(self, joints: np.ndarray) -> np.ndarray:
+        """Forward kinematics: the gripper tip (m, base frame) at ``joints``."""
+
+    def joints_for_tip(self, tip: np.ndarray, joints: np.ndarray) -> np.ndarray:
+        """Inverse kinematics from ``joints``: arm joints that put the tip at ``tip`` (gripper unchanged)."""
+
+
+class Driver(Protocol):
+    """The person's device while they take over: a joint target, given the command now."""
+
+    def start(self, arm: Arm) -> None: ...
+
+    def key(self, key: str) -> None: ...
+
+    def target(self, arm: Arm) -> tuple[np.ndarray | None, set[TeleopEvent]]: ...
+
+
+class LeaderDriver:
+    """A lerobot teleoperator (a leader arm): its joint positions are the target."""
+
+    def __init__(self, teleop: LerobotTeleop) -> None:
+        self.teleop = teleop
+
+    def start(self, arm: Arm) -> None:  # noqa: ARG002 - the leader is where the person holds it
+        """Nothing to set up: the target is wherever the person holds the leader."""
+
+    def key(self, key: str) -> None:  # noqa: ARG002
+        """The leader takes no keys."""
+
+    def target(self, arm: Arm) -> tuple[np.ndarray | None, set[TeleopEvent]]:  # noqa: ARG002
+        reading = self.teleop.read()
+        return reading.action, reading.events - {TeleopEvent.INTERVENTION_ON, TeleopEvent.INTERVENTION_OFF}
+
+
+class KeyboardDriver:
+    """Keys move a gripper tip target (m) and a gripper opening; the target joints come from inverse kinematics."""
+
+    def __init__(self, config: KeyboardTeleopConfig) -> None:
+        self.config = config
+        self._tip: np.ndarray | None = None
+        self._gripper = 0.0
+        self._pending: list[str] = []
+
+    def start(self, arm: Arm) -> None:
+        """From where the arm is told to be, so taking over moves nothing by itself."""
+        now = arm.commanded()
+        self._tip, self._gripper, self._pending = arm.tip_position(now), float(now[-1]), []
+
+    def key(self, key: str) -> None:
+        self._pending.append(key)
+
+    def target(self, arm: Arm) -> tuple[np.ndarray | None, set[TeleopEvent]]:
+        if self._tip is None:
+            self.start(arm)
+        for key in self._pending:
+            if key in TIP_KEYS:
+                axis, sign = TIP_KEYS[key]
+                self._tip[axis] += sign * self.config.step_m
+            elif key in ("o", "c"):
+                self._gripper = float(np.clip(self._gripper + (1 if key == "o" else -1) * self.config.gripper_step,
+                                              0.0, 100.0))
+        self._pending = []
+        joints = arm.joints_for_tip(self._tip, arm.commanded())
+        joints[-1] = self._gripper
+        return joints, set()
+
+
+class Operator:
+    """A person with a terminal and, optionally, a device (see the module docstring)."""
+
+    name = "operator"
+
+    def __init__(self, config: PersonConfig, driver: Driver | None,
+                 keys: Callable[[], list[str]] | None = None) -> None:
+        self.config, self.driver = config, driver
+        self._keys_reader = keys           # injected in tests; else a TerminalKeys opened at connect
+        self._terminal: TerminalKeys | None = None
+        self.arm: Arm | None = None        # set by the task it is attached to
+        self.estop: EStop | None = None    # set by the actor: the e-stop key presses it
+        self.prompt = ""                   # what the run waits for from the person, for the status and console
+        self.intervening = False
+        self._labels: deque[TeleopEvent] = deque()
+        self._ready = False
+        self._events: set[TeleopEvent] = set()
+
+    # --- connection (the actor's, after its lease)
+    def connect(self) -> None:
+        if self._keys_reader is None:
+            self._terminal = TerminalKeys(self.config.tty)
+            self._keys_reader = self._terminal.read
+        if isinstance(self.driver, LeaderDriver):
+            self.driver.teleop.connect()
+        print(HELP + (f"\n{TIP_HELP}" if isinstance(self.driver, KeyboardDriver) else ""), flush=True)
+
+    def disconnect(self) -> None:
+        if isinstance(self.driver, LeaderDriver):
+            self.driver.teleop.disconnect()
+        if self._terminal is not None:
+            self._terminal.close()
+            self._terminal, self._keys_reader = None, None
+
+    # --- the keys
+    def poll(self) -> set[TeleopEvent]:
+        """Read the keys pressed since the last poll: labels and "ready" are kept for the task, the e-stop is
+        pressed at once, space toggles taking over. Returns the events (INTERVENTION_ON/OFF as edges)."""
+        events: set[TeleopEvent] = set()
+        for key in self._keys_reader() if self._keys_reader is not None else []:
+            event = KEYS.get(key)
+            if event == TeleopEvent.ESTOP:
+                self.press_estop(f"key {key!r}")
+                events.add(event)
+            elif event == TeleopEvent.INTERVENTION_ON:
+                self.intervening = not self.intervening
+                if self.intervening and self.driver is not None and self.arm is not None:
+                    self.driver.start(self.arm)
+                events.add(TeleopEvent.INTERVENTION_ON if self.intervening else TeleopEvent.INTERVENTION_OFF)
+            elif event in LABELS:
+                self._labels.append(event)
+                events.add(event)
+            elif event == TeleopEvent.READY:
+                self._ready = True
+                events.add(event)
+            elif key == "h":
+                print(HELP, flush=True)
+            elif self.driver is not None:
+                self.driver.key(key)
+        self._events |= events
+        return events
+
+    def press_estop(self, why: str) -> None:
+        if self.estop is None:
+            raise RuntimeError("the e-stop was pressed but this operator has no e-stop attached")
+        self.estop.press(by=self.name, reason=why)
+        print(f"E-STOP latched ({why}); re-arm with robolearn rearm", file=sys.stderr, flush=True)
+
+    def take_label(self) -> TeleopEvent | None:
+        """The oldest label not yet used (polls first)."""
+        self.poll()
+        return self._labels.popleft() if self._labels else None
+
+    def take_ready(self) -> bool:
+        self.poll()
+        ready, self._ready = self._ready, False
+        return ready
+
+    def drop_pending(self) -> None:
+        """At an episode's start: labels and "ready" pressed during the reset belong to no episode."""
+        self.poll()
+        self._labels.clear()
+        self._ready = False
+
+    def drive_target(self) -> np.ndarray | None:
+        """The person's joint target now, bounded to one tick's move from the command (None: no device)."""
+        if self.driver is None or self.arm is None:
+            return None
+        target, events = self.driver.target(self.arm)
+        for event in events:  # a device's own buttons (lerobot teleop events)
+            if event in LABELS:
+                self._labels.append(event)
+            elif event == TeleopEvent.ESTOP:
+                self.press_estop("teleop button")
+        if target is None:
+            return None
+        now = self.arm.commanded()
+        step = self.step_limit(len(now))
+        return (now + np.clip(np.asarray(target, np.float32) - now, -step, step)).astype(np.float32)
+
+    def step_limit(self, n: int) -> np.ndarray:
+        """The most the person's command changes per tick, per joint (robot units)."""
+        speeds = np.full(n, self.config.max_speed, np.float32)
+        speeds[-1] = self.config.max_gripper_speed
+        return speeds / self.arm.control_hz
+
+    # --- the Intervener protocol
+    def reset(self) -> None:
+        """An episode starts with the policy in control."""
+        self.intervening = False
+
+    def read(self) -> TeleopReading:
+        events = self.poll() | self._events
+        self._events = set()
+        if not self.intervening:
+            return TeleopReading(None, events, False)
+        target = self.drive_target()
+        action = self.arm.action_toward(target if target is not None else self.arm.commanded())
+        return TeleopReading(action, events, True)
+
+    def observe(self, executed: np.ndarray) -> None:
+        """Nothing to learn from: a person watches the robot itself."""
+
+
+@dataclass
+class ScriptedPersonConfig:
+    """``teleop=scripted`` (robot=sim_so101 only)."""
+
+    name: str = "scripted"
+    reaction_ticks: int = 2            # says success this many ticks after the scene succeeds
+
+    def __post_init__(self) -> None:
+        if self.reaction_ticks < 0:
+            raise ValueError(f"teleop.reaction_ticks must be >= 0, got {self.reaction_ticks}")
+
+
+class ScriptedPerson:
+    """``teleop=scripted``, the sim twin only: a person who sees the scene (the twin's hidden success) and says
+    success ``reaction_ticks`` ticks after it holds, "ready" at once, and never takes over. The stand-in for a
+    labelling person in tests and benchmarks of ``reward=human``."""
+
+    name = "scripted_person"
+
+    def __init__(self, config: ScriptedPersonConfig, scene) -> None:
+        self.config, self.scene = config, scene
+        self.arm: Arm | None = None
+        self.estop: EStop | None = None
+        self.prompt = ""
+        self.intervening = False
+        self._seen = 0
+
+    def connect(self) -> None:
+        """Nothing to open: the person lives in the simulator."""
+
+    def disconnect(self) -> None:
+        """Nothing to release."""
+
+    def poll(self) -> set[TeleopEvent]:
+        return set()
+
+    def take_label(self) -> TeleopEvent | None:
+        self._seen = self._seen + 1 if self.scene.success() else 0
+        return TeleopEvent.SUCCESS if self._seen > self.config.reaction_ticks else None
+
+    def take_ready(self) -> bool:
+        return True
+
+    def drop_pending(self) -> None:
+        self._seen = 0
+
+    def drive_target(self) -> np.ndarray | None:
+        return None
+
+    def reset(self) -> None:
+        self._seen = 0
+
+    def read(self) -> TeleopReading:
+        return TeleopReading(None, set(), False)
+
+    def observe(self, executed: np.ndarray) -> None:
+        """It judges the scene, not the actions."""
+
+
+def make_operator(config, env) -> Operator | ScriptedPerson:
+    """The person of ``teleop=...`` for the task ``env`` (a ``hardware.real_task.RealTaskEnv``)."""
+    if isinstance(config, ScriptedPersonConfig):
+        if getattr(env, "scene", None) is None:
+            raise ValueError("teleop=scripted judges the sim twin's scene; it needs robot=sim_so101")
+        return ScriptedPerson(config, env.scene)
+    if isinstance(config, KeyboardTeleopConfig):
+        return Operator(config, KeyboardDriver(config))
+    if isinstance(config, LeaderTeleopConfig):
+        return Operator(config, LeaderDriver(LerobotTeleop(config, list(env.joints))))
+    raise ValueError(f"teleop={config.name} is not a person at the robot")
+

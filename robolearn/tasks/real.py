@@ -1,0 +1,378 @@
+"""``task=real``: a task on a real arm (``robot=so101``) or on its sim twin with the sim's success hidden
+(``robot=sim_so101``), with a person (``teleop=...``, ``hardware.operator``) for rewards and resets.
+
+One episode:
+
+    reset     (``task.reset.by_teleop``: the person first puts the scene back by teleop, ends with Enter)
+              the arm moves to the named pose ``task.reset.pose`` along a straight joint-space line at
+              ``task.reset.max_speed`` (every command through the actor's safety guard, paced at the
+              control rate), then holds while the person sets the scene up, until they press Enter
+              ("ready"), or ``task.reset.ready_timeout_s`` passes (then it starts, and says so; 0: wait)
+    ticks     action = a bounded joint-position change of the command (the sim tasks' action units, so a
+              policy moves between them), clipped to the task's joint limits (``task.joint_low/high``),
+              and held where it would take the gripper tip out of the box ``task.workspace_low/high``
+              (forward kinematics of the arm's model, ``task.kinematics``)
+    ends      the person's label: success (reward ``success_bonus``, terminated), failure or re-record
+              (truncated, reward 0; a re-recorded episode's steps are kept, flagged ``rerecord`` in the
+              step info and counted), or the time limit ``task.episode_s`` (truncated)
+
+``reward=human`` is the only reward source built so far (``reward=classifier`` is refused until it exists).
+Observation ``state``: the robot's joint positions and velocities, then the tip position (m) from the arm's
+kinematics, as the real arm computes it from its encoders; the cameras ``task.cameras`` as images (the
+robot's cameras, or the twin's rendered ones). On the twin the scene (``task.twin``: its objects, its
+randomisation per seed) is a sim task whose reward and observation extras the learner never sees; its success
+is in ``info["sim_success"]`` for evaluation and for the scripted person only, and the episode's success label
+is the person's.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import mujoco
+import numpy as np
+
+from robolearn.hardware.robot import Robot
+from robolearn.hardware.teleop import TeleopEvent
+from robolearn.registry import lookup
+from robolearn.sim.ik import SiteIK
+from robolearn.sim.so101 import JOINTS, SimSO101, SimSO101Config
+from robolearn.specs import ActionSpec, ArraySpec, ObservationSpec
+
+REWARDS = ("human", "classifier")
+
+
+@dataclass
+class ResetConfig:
+    """``task.reset.*``."""
+
+    pose: str = "home"                 # a name in ``poses``
+    poses: dict[str, list[float]] = field(default_factory=lambda: {
+        "home": [0.0, 0.0, 0.0, 0.0, 0.0, 50.0], "tucked": [0.0, -60.0, 60.0, 60.0, 0.0, 0.0]})
+    max_speed: float = 30.0            # deg/s per joint (gripper units/s) along the reset trajectory
+    by_teleop: bool = False            # the person first resets the scene by teleop, then presses Enter
+    ready_timeout_s: float = 60.0      # wait this long for "ready" after the move (0: until it comes)
+
+    def __post_init__(self) -> None:
+        if self.pose not in self.poses:
+            raise ValueError(f"task.reset.pose={self.pose!r} is not a named pose; poses: {sorted(self.poses)}")
+        for name, pose in self.poses.items():
+            if len(pose) != len(JOINTS):
+                raise ValueError(f"task.reset.poses.{name} must have {len(JOINTS)} values (joints in robot units), "
+                                 f"got {pose}")
+        if self.max_speed <= 0 or self.ready_timeout_s < 0:
+            raise ValueError("task.reset.max_speed must be > 0 and task.reset.ready_timeout_s >= 0")
+
+
+@dataclass
+class RealTaskConfig:
+    """``task=real``."""
+
+    name: str = "real"
+    instruction: str = ""              # what the person teaches (the lerobot task string of recordings)
+    reward: str = "human"              # human: the person's labels (classifier: not built yet)
+    success_bonus: float = 1.0         # reward of the step labelled a success
+    episode_s: float = 20.0            # time limit of an episode
+    max_delta_deg: float = 6.0         # per tick, arm joints (the sim tasks' action bound)
+    gripper_max_delta: float = 6.0     # per tick, gripper units
+    joint_low: list[float] = field(default_factory=list)   # robot units; empty: the robot's limits
+    joint_high: list[float] = field(default_factory=list)
+    workspace_low: list[float] = field(default_factory=lambda: [-0.1, -0.35, 0.0])   # tip box, m, base frame
+    workspace_high: list[float] = field(default_factory=lambda: [0.45, 0.35, 0.45])
+    kinematics: str = "so101_arm.xml"  # the arm's MJCF (robolearn/sim/assets, or a path) for its kinematics
+    cameras: list[str] = field(default_factory=list)        # observation images: robot cameras / twin cameras
+    camera_size: int = 96              # the twin's rendered images (square, pixels)
+    twin: str = "reach"                # robot=sim_so101: the sim task whose scene the twin runs
+    reset: ResetConfig = field(default_factory=ResetConfig)
+
+    def __post_init__(self) -> None:
+        if self.reward not in REWARDS:
+            raise ValueError(f"task.reward must be one of {REWARDS}, got {self.reward!r}")
+        if self.reward == "classifier":
+            raise ValueError("task.reward=classifier: the learned success classifier is not built yet; "
+                             "use task.reward=human")
+        if self.episode_s <= 0 or self.max_delta_deg <= 0 or self.gripper_max_delta <= 0:
+            raise ValueError("task.episode_s, task.max_delta_deg and task.gripper_max_delta must be > 0")
+        for key in ("joint_low", "joint_high"):
+            if getattr(self, key) and len(getattr(self, key)) != len(JOINTS):
+                raise ValueError(f"task.{key} must be empty or have {len(JOINTS)} values, got {getattr(self, key)}")
+        for key in ("workspace_low", "workspace_high"):
+            if len(getattr(self, key)) != 3:
+                raise ValueError(f"task.{key} must have 3 values (x, y, z in m), got {getattr(self, key)}")
+        if any(lo >= hi for lo, hi in zip(self.workspace_low, self.workspace_high)):
+            raise ValueError(f"task.workspace_low {self.workspace_low} must be below workspace_high "
+                             f"{self.workspace_high}")
+
+
+class ArmKinematics:
+    """Forward and inverse kinematics of the gripper tip from the arm's MuJoCo model, on scratch data (no
+    simulation runs: for a real arm this is its geometry, as its encoders' readings are turned into a pose)."""
+
+    def __init__(self, model: str) -> None:
+        self.arm = SimSO101(SimSO101Config(model=model))
+        self.ik = SiteIK(self.arm.model, "tip", self.arm.qpos_indices[:5], self.arm.arm_dof_indices)
+        self.data = mujoco.MjData(self.arm.model)
+        self._tip = self.arm.model.site("tip").id
+
+    def tip(self, joints: np.ndarray) -> np.ndarray:
+        self.data.qpos[self.arm.qpos_indices] = self.arm.to_radians(np.asarray(joints, np.float64))
+        mujoco.mj_kinematics(self.arm.model, self.data)
+        return self.data.site_xpos[self._tip].copy()
+
+    def joints_for(self, tip: np.ndarray, joints: np.ndarray) -> np.ndarray:
+        qpos = np.zeros(self.arm.model.nq)
+        qpos[self.arm.qpos_indices] = self.arm.to_radians(np.asarray(joints, np.float64))
+        arm_rad, _ = self.ik.solve(qpos, np.asarray(tip, np.float64))
+        out = np.asarray(joints, np.float32).copy()
+        out[:5] = np.degrees(arm_rad)
+        return out
+
+
+@dataclass
+class RealTaskCounts:
+    """What the task did to the commands and episodes, for the actor's status."""
+
+    clipped_to_task_limits: int = 0
+    held_at_workspace: int = 0
+    labels: dict[str, int] = field(default_factory=dict)
+    time_limits: int = 0
+    ready_timeouts: int = 0
+
+
+class RealTaskEnv:
+    """The task (HAL ``TaskEnv``) on ``robot`` (a real driver, or the sim twin). The actor attaches the person
+    (``attach_operator``) before the first reset; the learner and the launcher build it for its specs only."""
+
+    def __init__(self, task: RealTaskConfig | None = None, robot: Any = None) -> None:
+        self.task = task = task or RealTaskConfig()
+        self.scene = None
+        if robot is None or isinstance(robot, SimSO101Config):  # the twin: a sim task's scene, success hidden
+            entry = lookup("task", task.twin)
+            twin_cfg = entry.config_cls(cameras=list(task.cameras), camera_size=task.camera_size)
+            self.scene = entry.factory(twin_cfg, robot or SimSO101Config())
+            self.robot: Robot = self.scene.robot
+        else:
+            self.robot = lookup("robot", robot.name).factory(robot)
+        self.control_hz = float(self.robot.config.control_hz)
+        self.joints = [n.removesuffix(".pos") for n in self.robot.action_spec.array.names]
+        if self.joints != list(JOINTS):
+            raise ValueError(f"task=real drives an SO-101 arm (joints {list(JOINTS)}); robot={robot.name} has "
+                             f"{self.joints}")
+        limits = self.robot.action_spec.array
+        self.joint_low = np.array(task.joint_low or limits.low, np.float32)
+        self.joint_high = np.array(task.joint_high or limits.high, np.float32)
+        low, high = np.array(limits.low), np.array(limits.high)
+        if np.any(self.joint_low < low - 1e-3) or np.any(self.joint_high > high + 1e-3):
+            raise ValueError(f"task.joint_low/high must lie within robot={robot.name if robot else 'sim_so101'}'s "
+                             f"limits {list(limits.low)} .. {list(limits.high)}")
+        reset_pose = np.array(task.reset.poses[task.reset.pose], np.float32)
+        if np.any(reset_pose < self.joint_low) or np.any(reset_pose > self.joint_high):
+            raise ValueError(f"task.reset.pose={task.reset.pose} {reset_pose.tolist()} is outside the task's joint "
+                             "limits")
+        self.kinematics = ArmKinematics(task.kinematics)
+        self.episode_ticks = max(1, round(task.episode_s * self.control_hz))
+
+        d, g = task.max_delta_deg, task.gripper_max_delta
+        self.action_spec = ActionSpec(ArraySpec(
+            (6,), unit="deg/tick (arm), units/tick (gripper)", names=tuple(f"{j}.delta" for j in JOINTS),
+            low=(-d,) * 5 + (-g,), high=(d,) * 5 + (g,)))
+        rs = self.robot.observation_spec.arrays["state"]
+        cams = self._camera_specs()
+        self.observation_spec = ObservationSpec({"state": ArraySpec(
+            (rs.shape[0] + 3,), unit=f"{rs.unit}; m", names=rs.names + ("tip.x", "tip.y", "tip.z"),
+            low=rs.low + (-0.6, -0.6, -0.2), high=rs.high + (0.6, 0.6, 0.7)), **cams})
+        self.counts = RealTaskCounts()
+        self.operator = None
+        self.keep_waiting: Callable[[], bool] = lambda: True
+        self.realtime = self.scene is None  # hardware runs in wall time; the twin as fast as the loop asks
+        self._command: np.ndarray | None = None
+        self._tick = 0
+
+    def _camera_specs(self) -> dict[str, ArraySpec]:
+        if self.scene is not None:
+            return {c: self.scene.observation_spec.arrays[c] for c in self.task.cameras}
+        have = {k: v for k, v in self.robot.observation_spec.arrays.items() if k != "state"}
+        missing = [c for c in self.task.cameras if c not in have]
+        if missing:
+            raise ValueError(f"task.cameras {missing}: the robot has no such cameras (it has {sorted(have)}); "
+                             "configure them in the robot")
+        return {c: have[c] for c in self.task.cameras}
+
+    # --- wiring (the actor's)
+    def attach_operator(self, operator, keep_waiting: Callable[[], bool] = lambda: True,
+                        realtime: bool | None = None) -> None:
+        """The person (``hardware.operator``); ``keep_waiting()`` is asked on every beat of a reset or a wait for
+        "ready" (the actor keeps its channels going in it; False: stop waiting, the run is stopping);
+        ``realtime``: pace resets in wall time (hardware always is)."""
+        self.operator = operator
+        operator.arm = self
+        self.keep_waiting = keep_waiting
+        if realtime is not None:
+            self.realtime = realtime or self.scene is None
+
+    # --- the Arm protocol (hardware.operator)
+    def commanded(self) -> np.ndarray:
+        if self._command is None:
+            self._command = self._measured()
+        return self._command.copy()
+
+    def action_toward(self, joint_target: np.ndarray) -> np.ndarray:
+        return self.action_spec.clip((np.asarray(joint_target, np.float32) - self.commanded()).astype(np.float32))
+
+    def tip_position(self, joints: np.ndarray) -> np.ndarray:
+        return self.kinematics.tip(joints)
+
+    def joints_for_tip(self, tip: np.ndarray, joints: np.ndarray) -> np.ndarray:
+        lo, hi = np.array(self.task.workspace_low), np.array(self.task.workspace_high)
+        return self.kinematics.joints_for(np.clip(tip, lo, hi), joints)
+
+    # --- commands
+    def _measured(self) -> np.ndarray:
+        return self.robot.get_observation()["state"][:len(JOINTS)].astype(np.float32)
+
+    def _send(self, target: np.ndarray) -> np.ndarray:
+        """Command ``target`` (robot units) through the robot (the guard in a run); the new command is what it
+        reports it sent."""
+        sent = np.asarray(self.robot.send_action(target), np.float32)
+        self._command = sent.copy()
+        return sent
+
+    def _bounded(self, target: np.ndarray) -> np.ndarray:
+        """``target`` within the task's joint limits, or the current command where the tip would leave the box."""
+        clipped = np.clip(target, self.joint_low, self.joint_high).astype(np.float32)
+        if not np.array_equal(clipped, target):
+            self.counts.clipped_to_task_limits += 1
+        tip = self.kinematics.tip(clipped)
+        if np.any(tip < self.task.workspace_low) or np.any(tip > self.task.workspace_high):
+            self.counts.held_at_workspace += 1
+            now = self.commanded()
+            return np.concatenate([now[:5], clipped[5:]]).astype(np.float32)  # the gripper may still move
+        return clipped
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        raw = self.robot.get_observation()
+        state = raw["state"].astype(np.float32)
+        obs = {"state": np.concatenate([state, self.kinematics.tip(state[:len(JOINTS)])]).astype(np.float32)}
+        for cam in self.task.cameras:
+            obs[cam] = self.scene.render(cam) if self.scene is not None else raw[cam]
+        return obs
+
+    def _beat(self, t0: float) -> None:
+        """Pace one control period (wall time on hardware), counted from ``t0``."""
+        if self.realtime:
+            time.sleep(max(0.0, t0 + 1.0 / self.control_hz - time.perf_counter()))
+
+    def hold_action(self) -> np.ndarray:
+        return np.zeros(6, np.float32)
+
+    # --- the reset procedure
+    def reset(self, *, seed: int | None = None, options: dict | None = None):  # noqa: ARG002
+        if self.operator is None:
+            raise RuntimeError("task=real needs a person: the actor attaches teleop=... before the first reset")
+        if self.scene is not None:
+            self._reset_scene(seed)
+        self.operator.prompt = ""
+        if self.task.reset.by_teleop:
+            self._reset_by_teleop()
+        self._move_to(np.array(self.task.reset.poses[self.task.reset.pose], np.float32))
+        self._wait_for_ready()
+        self.operator.drop_pending()
+        self._tick = 0
+        return self._observe(), {"success": False}
+
+    def _reset_scene(self, seed: int | None) -> None:
+        """The twin: the scene's objects are placed anew (as a person would); the arm stays where it is and moves
+        to the reset pose itself, as a real arm must."""
+        raw = self.scene.robot
+        arm_q, arm_ctrl = raw.data.qpos[raw.qpos_indices].copy(), raw.data.ctrl[raw._act_idx].copy()
+        first = self._command is None
+        self.scene.reset(seed=seed)
+        if not first:
+            raw.data.qpos[raw.qpos_indices], raw.data.ctrl[raw._act_idx] = arm_q, arm_ctrl
+            raw.data.qvel[:] = 0.0
+            mujoco.mj_forward(raw.model, raw.data)
+        else:
+            self._command = None  # the scene placed the arm: the first command starts from there
+
+    def _move_to(self, pose: np.ndarray) -> None:
+        """Joint-space line to ``pose`` at ``reset.max_speed``, each tick from what was really sent (so an e-stop
+        on the way, a hold, or the guard's own limits never make it jump when it goes on)."""
+        step = np.full(len(JOINTS), self.task.reset.max_speed / self.control_hz, np.float32)
+        self.operator.prompt = f"moving to the reset pose '{self.task.reset.pose}'"
+        far = float(np.max(np.abs(pose - self.commanded())))
+        for _ in range(int(math.ceil(far / step[0])) * 4 + 10):  # the guard may slow it: a bounded number of beats
+            t0 = time.perf_counter()
+            self.operator.poll()
+            if not self.keep_waiting():
+                return
+            now = self.commanded()
+            if np.max(np.abs(pose - now)) <= 1e-3:
+                return
+            self._send(now + np.clip(pose - now, -step, step))
+            self._beat(t0)
+
+    def _reset_by_teleop(self) -> None:
+        """The person drives (their device, bounded as when taking over) until they press Enter."""
+        self.operator.prompt = "reset the scene by teleop, then press Enter"
+        print(f"[task=real] {self.operator.prompt}", flush=True)
+        while self.keep_waiting():
+            t0 = time.perf_counter()
+            if self.operator.take_ready():
+                return
+            target = self.operator.drive_target()
+            self._send(self._bounded(target) if target is not None else self.commanded())
+            self._beat(t0)
+
+    def _wait_for_ready(self) -> None:
+        timeout = self.task.reset.ready_timeout_s
+        if self.operator.take_ready():  # said before the move ended (or a scripted person: at once)
+            return
+        self.operator.prompt = "set up the scene, then press Enter (ready)"
+        print(f"[task=real] {self.operator.prompt}", flush=True)
+        deadline = time.monotonic() + timeout if timeout > 0 else math.inf
+        while self.keep_waiting():
+            t0 = time.perf_counter()
+            if self.operator.take_ready():
+                break
+            if time.monotonic() >= deadline:
+                self.counts.ready_timeouts += 1
+                print(f"[task=real] no 'ready' within task.reset.ready_timeout_s={timeout:g} s; starting the episode",
+                      file=sys.stderr, flush=True)
+                break
+            self._send(self.commanded())  # hold, and keep the watchdog's beat
+            self._beat(t0)
+        self.operator.prompt = ""
+
+    # --- a tick
+    def step(self, action: np.ndarray):
+        delta = self.action_spec.clip(np.asarray(action, np.float32))
+        before = self.commanded()
+        sent = self._send(self._bounded(before + delta))
+        self._tick += 1
+        obs = self._observe()
+        label = self.operator.take_label()
+        info: dict[str, Any] = {"executed_action": (sent - before).astype(np.float32), "label": label or ""}
+        if self.scene is not None:
+            info["sim_success"] = bool(self.scene.success())
+        if label is not None:
+            self.counts.labels[label.value] = self.counts.labels.get(label.value, 0) + 1
+        success = label == TeleopEvent.SUCCESS
+        info["success"] = success
+        info["rerecord"] = label == TeleopEvent.RERECORD
+        truncated = label in (TeleopEvent.FAILURE, TeleopEvent.RERECORD)
+        if label is None and self._tick >= self.episode_ticks:
+            truncated = True
+            self.counts.time_limits += 1
+        reward = self.task.success_bonus if success else 0.0
+        return obs, float(reward), success, bool(truncated), info
+
+    def close(self) -> None:
+        if self.scene is not None:
+            self.scene.close()
+        elif self.robot.is_connected:
+            self.robot.disconnect()

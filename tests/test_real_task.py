@@ -1,0 +1,308 @@
+"""task=real without hardware: the sim twin (its success hidden), the person's keys through a pseudo-terminal,
+the reset procedure, bumpless takeover and hand-back, the workspace, and the config's refusals."""
+
+from __future__ import annotations
+
+import os
+import pty
+import termios
+import time
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from robolearn.config import ConfigError, compose, validate
+from robolearn.hardware.operator import KeyboardDriver, KeyboardTeleopConfig, Operator, PersonConfig, make_operator
+from robolearn.hardware.safety import EStop, GuardedRobot, SafetyConfig
+from robolearn.hardware.teleop import TeleopEvent
+from robolearn.hardware.terminal_keys import TerminalKeys, parse_keys
+from robolearn.tasks.real import RealTaskConfig, RealTaskEnv, ResetConfig
+
+
+class ScriptedKeys:
+    """The person's key presses, one list per poll (the test's script of a person at the terminal)."""
+
+    def __init__(self) -> None:
+        self.queue: deque[list[str]] = deque()
+        self.at_tick: dict[int, list[str]] = {}
+        self.env: RealTaskEnv | None = None
+
+    def press(self, *keys: str) -> None:
+        """Keys the next poll reads."""
+        self.queue.append(list(keys))
+
+    def press_at(self, tick: int, *keys: str) -> None:
+        """Keys read at the first poll once the episode has taken ``tick`` steps."""
+        self.at_tick[tick] = list(keys)
+
+    def __call__(self) -> list[str]:
+        if self.env is not None and self.env._tick in self.at_tick:
+            return self.at_tick.pop(self.env._tick)
+        return self.queue.popleft() if self.queue else []
+
+
+class Recorder:
+    """Wraps the robot: every command sent, in order."""
+
+    def __init__(self, robot) -> None:
+        self.robot, self.sent = robot, []
+
+    def __getattr__(self, name):
+        return getattr(self.robot, name)
+
+    def send_action(self, action):
+        out = self.robot.send_action(action)
+        self.sent.append(np.asarray(out, np.float32).copy())
+        return out
+
+
+def twin(tmp_path: Path, operator=None, **task_kwargs) -> tuple[RealTaskEnv, Recorder, Operator, ScriptedKeys]:
+    env = RealTaskEnv(RealTaskConfig(**task_kwargs))
+    env.robot.connect()
+    recorder = Recorder(env.robot)
+    env.robot = GuardedRobot(recorder, SafetyConfig(), EStop(tmp_path / "estop" / "arm.json"), env.control_hz,
+                             watch_time=False)
+    keys = operator._keys_reader if operator is not None else ScriptedKeys()
+    keys.env = env
+    operator = operator or Operator(PersonConfig(name="test"), None, keys=keys)
+    operator.estop = env.robot.estop
+    env.attach_operator(operator)
+    return env, recorder, operator, keys
+
+
+def per_tick_change(sent: list[np.ndarray]) -> np.ndarray:
+    return np.abs(np.diff(np.stack(sent), axis=0))
+
+
+def test_keys_are_read_from_a_pseudo_terminal_in_cbreak_mode_and_it_is_restored():
+    master, slave = pty.openpty()
+    path = os.ttyname(slave)
+    before = termios.tcgetattr(slave)
+    keys = TerminalKeys(path)
+    try:
+        assert not termios.tcgetattr(slave)[3] & termios.ICANON  # each key at once, not after Enter
+        assert keys.read() == []
+        os.write(master, b"y \x1b[An\r\x1b[1;5Pr")  # y, space, up, n, Enter, an unnamed F-key, r
+        time.sleep(0.05)
+        assert keys.read() == ["y", "space", "up", "n", "enter", "r"]
+        os.write(master, b"\x1b")
+        time.sleep(0.05)
+        assert keys.read() == ["esc"]
+    finally:
+        keys.close()
+    assert termios.tcgetattr(slave)[3] == before[3]
+    os.close(master)
+    os.close(slave)
+
+
+def test_parse_keys_names_arrows_and_drops_unknown_sequences():
+    assert parse_keys(b"\x1b[D\x1bOC\x1b[15~w") == ["left", "right", "w"]
+    with pytest.raises(OSError, match="not a terminal"):
+        TerminalKeys("/dev/null")
+
+
+def test_reset_moves_to_the_pose_at_the_bounded_speed_then_waits_for_ready(tmp_path):
+    env, rec, operator, keys = twin(tmp_path, reset=ResetConfig(pose="tucked", max_speed=40.0, ready_timeout_s=30.0))
+    keys.press("enter")  # pressed while the arm moves: the episode starts as soon as the move ends
+    t0 = time.monotonic()
+    env.reset(seed=1)
+    assert time.monotonic() - t0 < 10 and env.counts.ready_timeouts == 0
+    pose = np.array(env.task.reset.poses["tucked"], np.float32)
+    np.testing.assert_allclose(env.commanded(), pose, atol=1e-3)
+    moves = per_tick_change(rec.sent)
+    assert moves.max() <= 40.0 / env.control_hz + 1e-4  # never faster than task.reset.max_speed
+    assert len(rec.sent) >= 60 / (40.0 / env.control_hz)  # a line of many ticks, not a jump (60 deg away)
+
+
+def test_the_episode_starts_on_ready_and_the_wait_has_a_timeout(tmp_path):
+    env, rec, operator, keys = twin(tmp_path, reset=ResetConfig(ready_timeout_s=0.3))
+    t0 = time.monotonic()
+    env.reset(seed=0)
+    assert 0.3 <= time.monotonic() - t0 < 3.0 and env.counts.ready_timeouts == 1
+    for _ in range(40):
+        keys.press()
+    keys.press("enter")
+    t0 = time.monotonic()
+    env.task.reset.ready_timeout_s = 0.0  # wait until it comes
+    env.reset(seed=1)
+    assert env.counts.ready_timeouts == 1  # ready came, no second timeout
+    env.keep_waiting = lambda: False  # the run stops: the wait ends at once
+    env.task.reset.ready_timeout_s = 0.0
+    env.reset(seed=2)
+
+
+def test_labels_end_the_episode_and_only_the_label_rewards(tmp_path):
+    env, rec, operator, keys = twin(tmp_path)
+    keys.press("enter")
+    obs, _ = env.reset(seed=3)
+    assert obs["state"].shape == (15,)  # joints, velocities, tip: the target of the twin's scene is not in it
+    for _ in range(3):
+        keys.press()
+    keys.press("y")
+    rewards, done = [], False
+    while not done:
+        obs, r, term, trunc, info = env.step(np.zeros(6, np.float32))
+        rewards.append(r)
+        done = term or trunc
+    assert term and info["success"] and info["label"] == TeleopEvent.SUCCESS and rewards == [0.0] * 3 + [1.0]
+    assert "sim_success" in info and not info["sim_success"]  # the scene did not succeed: the person's word counts
+    keys.press("enter")
+    env.reset(seed=4)
+    keys.press("r")
+    _, r, term, trunc, info = env.step(np.zeros(6, np.float32))
+    assert trunc and not term and info["rerecord"] and r == 0.0
+    assert env.counts.labels == {"success": 1, "rerecord": 1}
+
+
+def test_the_time_limit_truncates(tmp_path):
+    env, rec, operator, keys = twin(tmp_path, episode_s=0.2)
+    keys.press("enter")
+    env.reset(seed=0)
+    steps = [env.step(np.zeros(6, np.float32)) for _ in range(env.episode_ticks)]
+    assert env.episode_ticks == 5 and steps[-1][3] and not any(s[3] for s in steps[:-1])
+
+
+class FixedLeader:
+    """A leader arm the person holds still at ``pose``."""
+
+    def __init__(self, pose) -> None:
+        self.pose = np.asarray(pose, np.float32)
+
+    def start(self, arm) -> None:
+        pass
+
+    def key(self, key) -> None:
+        pass
+
+    def target(self, arm):
+        return self.pose.copy(), set()
+
+
+def test_takeover_and_hand_back_are_bumpless(tmp_path):
+    """The leader is held 60 deg away from the follower: taking over moves the command there at the teleop's
+    speed bound, never in one jump; the policy then takes over from where the person left it."""
+    from robolearn.actor.chunking import ChunkExecutor, ChunkingConfig
+    from robolearn.actor.episode import EpisodeLoop, StepRecord
+    from robolearn.clock import SimClock
+    from robolearn.inference.client import SimulatedLatencyClient
+    from robolearn.inference.runner import ChunkPolicyRunner
+    from robolearn.policies.mlp import MLPPolicyConfig, make_policy
+
+    leader = FixedLeader([60.0, -40.0, 30.0, 20.0, 0.0, 90.0])
+    keys = ScriptedKeys()
+    config = PersonConfig(name="test", max_speed=45.0, max_gripper_speed=100.0)
+    operator = Operator(config, leader, keys=keys)
+    env, rec, _, _ = twin(tmp_path, operator=operator, episode_s=4.0)
+    policy = make_policy(env.observation_spec, env.action_spec, MLPPolicyConfig())
+    runner = ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim, explore=True)
+    clock = SimClock()
+    executor = ChunkExecutor(SimulatedLatencyClient(runner, clock), env.action_spec, 1, ChunkingConfig(), "arm")
+    steps: list[StepRecord] = []
+
+    class Keep:
+        def on_step(self, step):
+            steps.append(step)
+
+    keys.press("enter")
+    loop = EpisodeLoop(env, executor, clock, operator, subscribers=[Keep()])
+    keys.press_at(10, "space")  # 10 policy ticks, the person drives for 50, then hands back
+    keys.press_at(60, "space")
+    n_reset = None
+
+    def mark(*_):
+        nonlocal n_reset
+        n_reset = len(rec.sent)
+    loop.subscribers.insert(0, type("M", (), {"on_episode_start": staticmethod(mark)})())
+    loop.run(seed=0)
+    ticks = rec.sent[n_reset - 1:]  # the command before the first tick, then one per tick
+    human = [s.fields["intervention"] for s in steps]
+    assert sum(human) >= 45 and human[0] is False and human[-1] is False
+    change = per_tick_change(ticks)
+    bound = np.array([45.0] * 5 + [100.0]) / env.control_hz
+    policy_bound = np.array([6.0] * 6)
+    for i, step in enumerate(steps):
+        limit = bound if step.fields["intervention"] else policy_bound
+        assert np.all(change[i] <= limit + 1e-4), (i, change[i], step.fields["intervention"])
+    start = steps[[s.fields["intervention"] for s in steps].index(True)]
+    assert np.abs(leader.pose - ticks[start.step]).max() > 30  # the leader was far away when the person took over
+    held = ticks[[i for i, s in enumerate(steps) if s.fields["intervention"]][-1] + 1]
+    np.testing.assert_allclose(held, leader.pose, atol=1e-3)  # and the follower reached it, by small steps
+
+
+def test_the_keyboard_moves_the_tip_through_inverse_kinematics(tmp_path):
+    keys = ScriptedKeys()
+    operator = Operator(KeyboardTeleopConfig(), KeyboardDriver(KeyboardTeleopConfig(step_m=0.01)), keys=keys)
+    env, rec, _, _ = twin(tmp_path, operator=operator)
+    keys.press("enter")
+    env.reset(seed=0)
+    tip0 = env.tip_position(env.commanded())
+    keys.press("space")
+    operator.poll()
+    for key in ["s"] * 5 + ["z"] * 3:
+        keys.press(key)
+        reading = operator.read()
+        env.step(reading.action)
+    for _ in range(20):
+        env.step(operator.read().action)
+    moved = env.tip_position(env.commanded()) - tip0
+    np.testing.assert_allclose(moved, [-0.05, 0.0, -0.03], atol=0.004)
+
+
+def test_a_command_that_leaves_the_workspace_is_held(tmp_path):
+    env, rec, operator, keys = twin(tmp_path, workspace_low=[-0.1, -0.35, 0.15])
+    keys.press("enter")
+    env.reset(seed=0)  # home: tip at z 0.226
+    before = env.commanded()
+    for _ in range(30):  # lower the tip: shoulder and elbow forward
+        env.step(np.array([0, 6, 6, 0, 0, 0], np.float32))
+    assert env.counts.held_at_workspace > 0
+    assert env.tip_position(env.commanded())[2] >= 0.15 - 1e-6 and not np.allclose(env.commanded(), before)
+
+
+def test_the_estop_key_latches_and_the_robot_holds_until_rearmed(tmp_path):
+    env, rec, operator, keys = twin(tmp_path)
+    keys.press("enter")
+    env.reset(seed=0)
+    keys.press("e")
+    env.step(np.full(6, 3.0, np.float32))  # the key is read in this tick; the command after it holds
+    held = env.commanded()
+    for _ in range(10):
+        env.step(np.full(6, 3.0, np.float32))
+    assert env.robot.estop.latched and env.robot.counts.held_for_estop >= 10
+    np.testing.assert_array_equal(env.commanded(), held)
+    time.sleep(0.05)
+    assert env.robot.estop.latched  # nothing re-arms it by itself
+    env.robot.estop.rearm()
+    env.step(np.full(6, 3.0, np.float32))
+    assert not np.array_equal(env.commanded(), held)
+
+
+def test_the_scripted_person_labels_the_hidden_success(tmp_path):
+    cfg = validate(compose(overrides=["task=real", "teleop=scripted", "teleop.reaction_ticks=2"]))
+    env = RealTaskEnv(cfg.task, cfg.robot)
+    env.robot.connect()
+    env.robot = GuardedRobot(env.robot, SafetyConfig(), EStop(tmp_path / "e.json"), 25.0, watch_time=False)
+    env.attach_operator(make_operator(cfg.teleop, env))
+    env.reset(seed=7)
+    seen = []
+    for _ in range(env.episode_ticks):
+        _, r, term, trunc, info = env.step(env.scene.expert_action())
+        seen.append(info["sim_success"])
+        if term or trunc:
+            break
+    assert term and info["success"] and seen[-3:] == [True] * 3 and r == 1.0
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (["task=real"], "teleop=keyboard"),
+    (["teleop=keyboard"], "teleop=keyboard is the person of task=real"),
+    (["task=real", "teleop=keyboard", "robot=so101"], "actor.realtime=true"),
+    (["task=real", "teleop=scripted", "task.reward=classifier"], "not built yet"),
+    (["task=real", "teleop=scripted", "task.reset.pose=nowhere"], "nowhere"),
+    (["task=real", "teleop=scripted", "actor.human=scripted"], "actor.human=none"),
+])
+def test_config_refusals_name_the_key(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        validate(compose(overrides=overrides))
