@@ -121,23 +121,28 @@ def _run(cfg: DictConfig) -> None:
         summary = lookup("runtime", run_cfg.runtime.name).factory(run_cfg, run)
     finally:
         if saved is not None:  # an actor killed in cbreak mode cannot give the terminal back its line editing
-            termios.tcsetattr(saved[0], termios.TCSANOW, saved[1])
-            os.close(saved[0])
+            _terminal_mode(terminal, restore=saved)
     raise SystemExit(0 if summary["ok"] else 1)
 
 
-def _terminal_mode(path: str | None) -> tuple[int, list] | None:
-    """The mode of the person's terminal before the run (restored after it), if it is one."""
+def _terminal_mode(path: str | None, restore: list | None = None) -> list | None:
+    """The mode of the person's terminal (to restore after the run), or, with ``restore``, set it back. The
+    terminal is opened only for that instant: while the run goes on only the actor holds it."""
     if not path:
         return None
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK)
     except OSError as exc:
         _fail(f"teleop.tty={path}: cannot open it ({exc.strerror})")
-    if not os.isatty(fd):
+    try:
+        if not os.isatty(fd):
+            _fail(f"teleop.tty={path} is not a terminal")
+        if restore is not None:
+            termios.tcsetattr(fd, termios.TCSANOW, restore)
+            return None
+        return termios.tcgetattr(fd)
+    finally:
         os.close(fd)
-        _fail(f"teleop.tty={path} is not a terminal")
-    return fd, termios.tcgetattr(fd)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="eval")

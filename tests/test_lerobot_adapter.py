@@ -97,3 +97,17 @@ def test_so101_leader_arm_is_a_hal_teleop_over_the_fake_bus(servos, tmp_path):
         teleop.disconnect()
     with pytest.raises(ValueError, match="no_such_leader"):
         LerobotTeleop(LerobotTeleopConfig(type="no_such_leader"), list(JOINTS))
+
+
+@pytest.mark.parametrize("mode, torque_after", [("torque_off", 0), ("hold", 1)])
+def test_disconnect_leaves_the_arm_limp_or_holding_as_configured(servos, tmp_path, mode, torque_after):
+    from tests.fake_feetech import ADDR_TORQUE
+
+    _calibrated_robot(tmp_path)
+    robot = LerobotRobot(LerobotRobotConfig(port="/dev/fake-ttyACM0", calibration_dir=str(tmp_path),
+                                            on_disconnect=mode))
+    robot.connect()
+    robot.send_action(np.array([10.0, 0, 0, 0, 0, 50.0], np.float32))
+    assert all(servos.mem[i][ADDR_TORQUE] == 1 for i in range(1, 7))
+    robot.disconnect()
+    assert all(servos.mem[i][ADDR_TORQUE] == torque_after for i in range(1, 7))

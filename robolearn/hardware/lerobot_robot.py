@@ -34,6 +34,12 @@ class LerobotRobotConfig:
     id: str = "robolearn_follower"      # lerobot calibration id
     calibration_dir: str | None = None  # default: lerobot's calibration folder
     control_hz: float = 25.0
+    on_disconnect: str = "torque_off"   # torque_off: the motors go limp (lerobot's default) | hold: they keep
+                                        # holding the last command while powered (an arm that would fall)
+
+    def __post_init__(self) -> None:
+        if self.on_disconnect not in ("torque_off", "hold"):
+            raise ValueError(f"robot.on_disconnect must be torque_off or hold, got {self.on_disconnect!r}")
 
 
 def import_device_modules(package) -> None:
@@ -67,6 +73,11 @@ def make_lerobot_robot(config: LerobotRobotConfig):
     kwargs = {"port": config.port, "id": config.id}
     if config.calibration_dir:
         kwargs["calibration_dir"] = Path(config.calibration_dir)
+    if "disable_torque_on_disconnect" in cfg_cls.__dataclass_fields__:
+        kwargs["disable_torque_on_disconnect"] = config.on_disconnect == "torque_off"
+    elif config.on_disconnect == "hold":
+        raise ValueError(f"robot.on_disconnect=hold: lerobot's {config.type} has no disable_torque_on_disconnect "
+                         "setting, so its torque cannot be kept on after disconnect")
     return make_robot_from_config(cfg_cls(**kwargs))
 
 
