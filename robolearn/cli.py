@@ -28,6 +28,8 @@ commands:
   eval       run a run's latest checkpoint:  robolearn eval run_dir=runs/my-reach episodes=50
   record     scripted-expert demos as a LeRobotDataset:
                robolearn record task=pick_cube episodes=20 out=demos/pick task.cameras=[front]
+  reward     a success classifier for task.reward=classifier, from labelled episodes:
+               robolearn reward train demos/reach-labelled --out classifiers/reach
   buffer     robolearn buffer info runs/my-reach [--json]
              robolearn buffer audit runs/my-reach [--json]
              robolearn buffer export runs/my-reach OUT [--only successes|interventions]
@@ -38,7 +40,8 @@ commands:
   rearm      release it (a person's explicit act; nothing else does): robolearn rearm runs/x
 
 config groups (pick one with group=option, override any key with group.key=value):
-  task     reach, push_cube, pick_cube, pick_cube_color, gym (task.env_id=...)
+  task     reach, push_cube, pick_cube, pick_cube_color, gym (task.env_id=...), real (a person: teleop=...)
+  teleop   none, keyboard, so101_leader, scripted (the sim twin's stand-in)
   robot    sim_so101, so101          policy   mlp, flow_chunk          algo   sac, habc, hiors
   learner  the update schedule (learner.utd_ratio, learner.batch_size, ...)
   actor    how robots are driven (actor.chunking.mode, actor.inference_delay_ticks, actor.human, ...)
@@ -172,11 +175,12 @@ def _record(cfg: DictConfig) -> None:
             raise ConfigError(f"config error at 'episodes': must be >= 1, got {cfg.episodes}")
         env = lookup("task", task.name).factory(task, robot)
         result = record(env, cfg.episodes, Path(cfg.out), cfg.repo_id, fps=round(env.robot.config.control_hz),
-                        seed=cfg.seed, task=task.name)
-    except (ConfigError, FileExistsError, NotImplementedError) as exc:
+                        seed=cfg.seed, task=task.name, hold_ticks=cfg.hold_ticks, near_misses=cfg.near_misses,
+                        miss_m=tuple(cfg.miss_m))
+    except (ConfigError, FileExistsError, NotImplementedError, ValueError) as exc:
         _fail(str(exc))
     env.close()
-    print(f"recorded {result.episodes} episodes ({result.frames} frames, expert success "
+    print(f"recorded {result.episodes} episodes ({result.frames} frames, success "
           f"{result.successes / result.episodes:.0%}) to {result.root}")
 
 
@@ -190,6 +194,12 @@ def _buffer() -> None:
     from robolearn.runtime.buffer_command import main as buffer_main
 
     raise SystemExit(buffer_main(sys.argv[1:]))
+
+
+def _reward() -> None:
+    from robolearn.runtime.reward_command import main as reward_main
+
+    raise SystemExit(reward_main(sys.argv[1:]))
 
 
 def _keys() -> None:
@@ -217,7 +227,7 @@ def _rearm() -> None:
 
 
 COMMANDS = {"run": _run, "eval": _eval, "record": _record, "buffer": _buffer, "resources": _resources,
-            "keys": _keys, "join": _join, "estop": _estop, "rearm": _rearm}
+            "reward": _reward, "keys": _keys, "join": _join, "estop": _estop, "rearm": _rearm}
 HYDRA_CONFIGS = {"run": "config", "eval": "eval", "record": "record"}  # commands whose options hydra composes
 
 

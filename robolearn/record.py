@@ -3,12 +3,20 @@
 The task's scripted expert (``env.expert_action()``) drives each seeded episode; every step is written
 with lerobot's own ``LeRobotDataset`` writer (state, images as images, action, reward, done, success),
 so lerobot's training scripts and policies load it as they would a teleoperated recording.
+
+For a success classifier (``robolearn reward train``) two more kinds of frames: ``hold_ticks=N`` keeps each
+episode going for N ticks of success after the expert succeeds (the expert holds there), and
+``near_misses=M`` records M more episodes in which the expert aims ``miss_m`` (a range, m) away from the goal
+(tasks with an ``aim_offset``: reach), so they end close to success without it. Every frame's
+``next.success`` is the simulator's success after that frame's step: the labels are exact.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from robolearn.buffer.lerobot_io import lerobot_features, lerobot_frame
 from robolearn.hardware.task import TaskEnv
@@ -23,11 +31,17 @@ class RecordResult:
 
 
 def record(env: TaskEnv, episodes: int, root: Path, repo_id: str, fps: int, seed: int = 0,
-           task: str = "") -> RecordResult:
-    """Record ``episodes`` expert episodes of ``env`` (seeds ``seed``, ``seed + 1``, ...) into ``root``.
-    Each frame's lerobot ``task`` is the env's ``instruction`` when it has one, else ``task``."""
+           task: str = "", hold_ticks: int = 0, near_misses: int = 0,
+           miss_m: tuple[float, float] = (0.04, 0.08)) -> RecordResult:
+    """Record ``episodes`` expert episodes of ``env`` (seeds ``seed``, ``seed + 1``, ...), then ``near_misses``
+    more, into ``root``. Each frame's lerobot ``task`` is the env's ``instruction`` when it has one, else ``task``."""
     if not hasattr(env, "expert_action"):
         raise NotImplementedError(f"{type(env).__name__} has no scripted expert to record demos with")
+    if near_misses and not hasattr(env, "aim_offset"):
+        raise NotImplementedError(f"near_misses: {type(env).__name__}'s expert cannot aim off its goal (no aim_offset)")
+    if hold_ticks < 0 or near_misses < 0 or not 0 < miss_m[0] <= miss_m[1]:
+        raise ValueError(f"hold_ticks and near_misses must be >= 0 and 0 < miss_m[0] <= miss_m[1], got {hold_ticks}, "
+                         f"{near_misses}, {miss_m}")
     if root.exists():
         raise FileExistsError(f"{root} already exists; record into a new folder")
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
@@ -35,20 +49,27 @@ def record(env: TaskEnv, episodes: int, root: Path, repo_id: str, fps: int, seed
     ds = LeRobotDataset.create(repo_id, fps=fps, features=lerobot_features(env.observation_spec, env.action_spec),
                                root=root, use_videos=False)
     frames = successes = 0
-    for ep in range(episodes):
+    for ep in range(episodes + near_misses):
         obs, _ = env.reset(seed=seed + ep)
+        if ep >= episodes:  # a near miss: the expert aims beside the goal
+            rng = np.random.default_rng([seed, ep])
+            direction = rng.normal(size=3)
+            env.aim_offset = direction / np.linalg.norm(direction) * rng.uniform(*miss_m)
         # language-conditioned tasks say what this episode asks for ("pick up the red cube")
         episode_task = getattr(env, "instruction", "") or task
-        done, info = False, {}
+        done, info, held = False, {}, 0
         while not done:
             action = env.expert_action()
             next_obs, reward, terminated, truncated, info = env.step(action)
-            done = terminated or truncated
-            ds.add_frame(lerobot_frame(env.observation_spec, obs, action, reward, terminated,
-                                       bool(done and info.get("success")), False, episode_task))
+            success = bool(info.get("success"))
+            holding = terminated and success and held < hold_ticks  # success frames for a classifier
+            held += int(terminated and success)
+            done = (terminated or truncated) and not holding
+            ds.add_frame(lerobot_frame(env.observation_spec, obs, action, reward, terminated and done, success, False,
+                                       episode_task))
             obs = next_obs
             frames += 1
         ds.save_episode()
         successes += int(bool(info.get("success")))
     ds.finalize()
-    return RecordResult(episodes, frames, successes, root)
+    return RecordResult(episodes + near_misses, frames, successes, root)

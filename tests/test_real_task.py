@@ -7,7 +7,6 @@ import os
 import pty
 import termios
 import time
-from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -19,28 +18,7 @@ from robolearn.hardware.safety import EStop, GuardedRobot, SafetyConfig
 from robolearn.hardware.teleop import TeleopEvent
 from robolearn.hardware.terminal_keys import TerminalKeys, parse_keys
 from robolearn.tasks.real import RealTaskConfig, RealTaskEnv, ResetConfig
-
-
-class ScriptedKeys:
-    """The person's key presses, one list per poll (the test's script of a person at the terminal)."""
-
-    def __init__(self) -> None:
-        self.queue: deque[list[str]] = deque()
-        self.at_tick: dict[int, list[str]] = {}
-        self.env: RealTaskEnv | None = None
-
-    def press(self, *keys: str) -> None:
-        """Keys the next poll reads."""
-        self.queue.append(list(keys))
-
-    def press_at(self, tick: int, *keys: str) -> None:
-        """Keys read at the first poll once the episode has taken ``tick`` steps."""
-        self.at_tick[tick] = list(keys)
-
-    def __call__(self) -> list[str]:
-        if self.env is not None and self.env._tick in self.at_tick:
-            return self.at_tick.pop(self.env._tick)
-        return self.queue.popleft() if self.queue else []
+from tests.scripted_keys import ScriptedKeys
 
 
 class Recorder:

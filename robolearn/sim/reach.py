@@ -50,6 +50,7 @@ class ReachEnv(ArmTaskEnv):
         self._tip = m.site("tip").id
         self._target_mocap = m.body_mocapid[m.body("target").id]
         self._target = np.zeros(3)
+        self.aim_offset = np.zeros(3)  # the expert aims here off the target (recording near misses); 0 each reset
 
     def _state_extra(self) -> np.ndarray:
         return np.concatenate([self.robot.data.site_xpos[self._tip], self._target])
@@ -61,7 +62,8 @@ class ReachEnv(ArmTaskEnv):
         jac = np.zeros((3, m.nv))
         mujoco.mj_jacSite(m, d, jac, None, self._tip)
         j = jac[:, self.robot.arm_dof_indices]
-        dq = j.T @ np.linalg.solve(j @ j.T + 1e-4 * np.eye(3), self._target - d.site_xpos[self._tip])
+        aim = self._target + self.aim_offset
+        dq = j.T @ np.linalg.solve(j @ j.T + 1e-4 * np.eye(3), aim - d.site_xpos[self._tip])
         return self.action_spec.clip(np.concatenate([np.degrees(dq), [0.0]]).astype(np.float32))
 
     def success(self) -> bool:
@@ -75,6 +77,7 @@ class ReachEnv(ArmTaskEnv):
         super().reset(seed=seed)
         self._reset_arm()
         self._target = self.np_random.uniform(self.task.target_low, self.task.target_high)
+        self.aim_offset = np.zeros(3)
         self.robot.data.mocap_pos[self._target_mocap] = self._target
         mujoco.mj_forward(self.robot.model, self.robot.data)
         return self._obs(), {"success": False, "distance": self.tip_distance()}

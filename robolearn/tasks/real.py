@@ -16,7 +16,9 @@ One episode:
               (truncated, reward 0; a re-recorded episode's steps are kept, flagged ``rerecord`` in the
               step info and counted), or the time limit ``task.episode_s`` (truncated)
 
-``reward=human`` is the only reward source built so far (``reward=classifier`` is refused until it exists).
+Rewards: ``reward=human``, the person's labels; ``reward=classifier``, a learned success classifier
+(``rewards.classifier``) on the observation after each step: ``P(success) >= threshold`` ends the episode as a
+success, unless the person labelled that step (their label wins; they end a false success early with ``n``).
 Observation ``state``: the robot's joint positions and velocities, then the tip position (m) from the arm's
 kinematics, as the real arm computes it from its encoders; the cameras ``task.cameras`` as images (the
 robot's cameras, or the twin's rendered ones). On the twin the scene (``task.twin``: its objects, its
@@ -32,6 +34,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import mujoco
@@ -40,6 +43,7 @@ import numpy as np
 from robolearn.hardware.robot import Robot
 from robolearn.hardware.teleop import TeleopEvent
 from robolearn.registry import lookup
+from robolearn.rewards.classifier import load_classifier
 from robolearn.sim.ik import SiteIK
 from robolearn.sim.so101 import JOINTS, SimSO101, SimSO101Config
 from robolearn.specs import ActionSpec, ArraySpec, ObservationSpec
@@ -75,7 +79,10 @@ class RealTaskConfig:
 
     name: str = "real"
     instruction: str = ""              # what the person teaches (the lerobot task string of recordings)
-    reward: str = "human"              # human: the person's labels (classifier: not built yet)
+    reward: str = "human"              # human: the person's labels | classifier: a learned success classifier's,
+                                       # which the person's labels override
+    classifier: str = ""               # reward=classifier: its folder (robolearn reward train ... --out FOLDER)
+    classifier_threshold: float = 0.0  # P(success) that counts as a success; 0: the one stored with it
     success_bonus: float = 1.0         # reward of the step labelled a success
     episode_s: float = 20.0            # time limit of an episode
     max_delta_deg: float = 6.0         # per tick, arm joints (the sim tasks' action bound)
@@ -88,14 +95,18 @@ class RealTaskConfig:
     cameras: list[str] = field(default_factory=list)        # observation images: robot cameras / twin cameras
     camera_size: int = 96              # the twin's rendered images (square, pixels)
     twin: str = "reach"                # robot=sim_so101: the sim task whose scene the twin runs
+    scene_state: bool = False          # twin only: the scene's state features (e.g. the target's position) too,
+                                       # as a tracker would give them on hardware; its success stays hidden
     reset: ResetConfig = field(default_factory=ResetConfig)
 
     def __post_init__(self) -> None:
         if self.reward not in REWARDS:
             raise ValueError(f"task.reward must be one of {REWARDS}, got {self.reward!r}")
-        if self.reward == "classifier":
-            raise ValueError("task.reward=classifier: the learned success classifier is not built yet; "
-                             "use task.reward=human")
+        if self.reward == "classifier" and not (Path(self.classifier) / "classifier.json").exists():
+            raise ValueError(f"task.reward=classifier needs task.classifier=FOLDER with a trained classifier "
+                             f"(robolearn reward train); {self.classifier or '(none given)'} holds none")
+        if not 0.0 <= self.classifier_threshold < 1.0:
+            raise ValueError(f"task.classifier_threshold must be in [0, 1), got {self.classifier_threshold}")
         if self.episode_s <= 0 or self.max_delta_deg <= 0 or self.gripper_max_delta <= 0:
             raise ValueError("task.episode_s, task.max_delta_deg and task.gripper_max_delta must be > 0")
         for key in ("joint_low", "joint_high"):
@@ -142,6 +153,7 @@ class RealTaskCounts:
     labels: dict[str, int] = field(default_factory=dict)
     time_limits: int = 0
     ready_timeouts: int = 0
+    classifier_successes: int = 0      # episodes the classifier ended (the person said nothing that step)
 
 
 class RealTaskEnv:
@@ -183,9 +195,21 @@ class RealTaskEnv:
             low=(-d,) * 5 + (-g,), high=(d,) * 5 + (g,)))
         rs = self.robot.observation_spec.arrays["state"]
         cams = self._camera_specs()
+        names = rs.names + ("tip.x", "tip.y", "tip.z")
+        low, high = rs.low + (-0.6, -0.6, -0.2), rs.high + (0.6, 0.6, 0.7)
+        if task.scene_state:
+            if self.scene is None:
+                raise ValueError("task.scene_state=true passes the sim twin's scene state; a real robot has none")
+            ss = self.scene.observation_spec.arrays["state"]
+            n = rs.shape[0]  # the scene's state is the robot's, then its own features
+            names, low, high = names + ss.names[n:], low + ss.low[n:], high + ss.high[n:]
         self.observation_spec = ObservationSpec({"state": ArraySpec(
-            (rs.shape[0] + 3,), unit=f"{rs.unit}; m", names=rs.names + ("tip.x", "tip.y", "tip.z"),
-            low=rs.low + (-0.6, -0.6, -0.2), high=rs.high + (0.6, 0.6, 0.7)), **cams})
+            (len(names),), unit=f"{rs.unit}; m", names=names, low=low, high=high), **cams})
+        self.classifier = None
+        if task.reward == "classifier":
+            self.classifier = load_classifier(Path(task.classifier))
+            self.classifier.check_observation(self.observation_spec)
+        self.threshold = task.classifier_threshold or (self.classifier.spec.threshold if self.classifier else 0.5)
         self.counts = RealTaskCounts()
         self.operator = None
         self.keep_waiting: Callable[[], bool] = lambda: True
@@ -257,7 +281,10 @@ class RealTaskEnv:
     def _observe(self) -> dict[str, np.ndarray]:
         raw = self.robot.get_observation()
         state = raw["state"].astype(np.float32)
-        obs = {"state": np.concatenate([state, self.kinematics.tip(state[:len(JOINTS)])]).astype(np.float32)}
+        parts = [state, self.kinematics.tip(state[:len(JOINTS)])]
+        if self.task.scene_state:
+            parts.append(self.scene._state_extra())
+        obs = {"state": np.concatenate(parts).astype(np.float32)}
         for cam in self.task.cameras:
             obs[cam] = self.scene.render(cam) if self.scene is not None else raw[cam]
         return obs
@@ -355,12 +382,18 @@ class RealTaskEnv:
         sent = self._send(self._bounded(before + delta))
         self._tick += 1
         obs = self._observe()
-        label = self.operator.take_label()
+        label = self.operator.take_label()  # the person's word first: it overrides the classifier
         info: dict[str, Any] = {"executed_action": (sent - before).astype(np.float32), "label": label or ""}
         if self.scene is not None:
             info["sim_success"] = bool(self.scene.success())
         if label is not None:
             self.counts.labels[label.value] = self.counts.labels.get(label.value, 0) + 1
+        if self.classifier is not None:
+            info["success_probability"] = p = self.classifier.probability(obs)
+            if label is None and p >= self.threshold:
+                label = TeleopEvent.SUCCESS
+                info["label"] = "classifier"
+                self.counts.classifier_successes += 1
         success = label == TeleopEvent.SUCCESS
         info["success"] = success
         info["rerecord"] = label == TeleopEvent.RERECORD

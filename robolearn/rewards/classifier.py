@@ -1,0 +1,121 @@
+"""A learned success classifier, ``P(success | camera images [, state])``: the reward of ``task.reward=classifier``.
+
+    logit = head([ImageEncoder(cameras) ; (state - mean) / std])        head: Linear-ReLU-Linear-ReLU-Linear
+    p     = sigmoid(logit);  the observation shows success  iff  p >= threshold
+
+``ImageEncoder`` is the policies' camera CNN (``policies/encoders.py``), trained here from scratch. The state
+part is optional (``state_dim`` 0: images only); its standardisation is fitted on the training frames and
+stored with the weights.
+
+On disk a classifier is a folder: ``model.safetensors`` (tensors only) and ``classifier.json`` (what to build,
+the threshold, and the training report). ``load_classifier`` reads those two and nothing else: no pickle,
+no ``torch.load``, so a classifier from anywhere cannot run code here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from robolearn.policies.encoders import ImageEncoder
+from robolearn.specs import ArraySpec, ObservationSpec
+
+WEIGHTS, CONFIG = "model.safetensors", "classifier.json"
+
+
+@dataclass(frozen=True)
+class ClassifierSpec:
+    """What a classifier is built from: its inputs and sizes, and the decision threshold."""
+
+    cameras: tuple[str, ...]
+    image_shape: tuple[int, int, int]        # (H, W, 3), every camera
+    state_dim: int = 0                       # 0: images only
+    feature_dim: int = 32                    # per camera
+    hidden: int = 128
+    threshold: float = 0.5
+    state_names: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if not self.cameras:
+            raise ValueError("a success classifier needs at least one camera")
+        if not 0.0 < self.threshold < 1.0:
+            raise ValueError(f"the classifier threshold must be in (0, 1), got {self.threshold}")
+
+
+class SuccessClassifier(nn.Module):
+    def __init__(self, spec: ClassifierSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        images = ObservationSpec({c: ArraySpec(tuple(spec.image_shape), dtype="uint8") for c in spec.cameras})
+        self.encoder = ImageEncoder(images, spec.feature_dim)
+        self.register_buffer("state_mean", torch.zeros(spec.state_dim))
+        self.register_buffer("state_std", torch.ones(spec.state_dim))
+        self.head = nn.Sequential(nn.Linear(self.encoder.out_dim + spec.state_dim, spec.hidden), nn.ReLU(),
+                                  nn.Linear(spec.hidden, spec.hidden), nn.ReLU(), nn.Linear(spec.hidden, 1))
+
+    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Images uint8 (B, H, W, 3) per camera [and ``state`` (B, S)] -> logits (B,)."""
+        features = [self.encoder(obs)]
+        if self.spec.state_dim:
+            features.append((obs["state"].float() - self.state_mean) / self.state_std)
+        return self.head(torch.cat(features, dim=-1)).squeeze(-1)
+
+    @torch.no_grad()
+    def probability(self, obs: dict[str, np.ndarray]) -> float:
+        """P(success) of one observation (the task's arrays)."""
+        batch = {c: torch.from_numpy(np.ascontiguousarray(obs[c]))[None] for c in self.spec.cameras}
+        if self.spec.state_dim:
+            batch["state"] = torch.from_numpy(np.asarray(obs["state"], np.float32))[None]
+        return float(torch.sigmoid(self(batch))[0])
+
+    def check_observation(self, obs_spec: ObservationSpec) -> None:
+        """ValueError naming what an observation with ``obs_spec`` lacks for this classifier."""
+        for cam in self.spec.cameras:
+            have = obs_spec.arrays.get(cam)
+            if have is None:
+                raise ValueError(f"the success classifier needs camera '{cam}', which the task's observation lacks "
+                                 f"(it has {sorted(obs_spec.arrays)}); add it to task.cameras")
+            if tuple(have.shape) != tuple(self.spec.image_shape):
+                raise ValueError(f"the success classifier was trained on {cam} images of shape "
+                                 f"{tuple(self.spec.image_shape)}, the task gives {tuple(have.shape)} "
+                                 "(task.camera_size)")
+        if self.spec.state_dim and obs_spec.arrays["state"].shape != (self.spec.state_dim,):
+            raise ValueError(f"the success classifier takes a state of {self.spec.state_dim} values, the task's has "
+                             f"{obs_spec.arrays['state'].shape[0]}")
+
+
+def save_classifier(model: SuccessClassifier, folder: Path, report: dict[str, Any]) -> None:
+    """Write ``folder`` (created; an existing classifier there is refused, never overwritten)."""
+    folder = Path(folder)
+    if (folder / CONFIG).exists():
+        raise FileExistsError(f"{folder} already holds a classifier; choose a new folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / WEIGHTS))
+    spec = asdict(model.spec)
+    (folder / CONFIG).write_text(json.dumps({"spec": spec, "report": report}, indent=2))
+
+
+def load_classifier(folder: Path) -> SuccessClassifier:
+    folder = Path(folder)
+    config = folder / CONFIG
+    if not config.exists():
+        raise FileNotFoundError(f"{folder} is not a success classifier (no {CONFIG}); train one with "
+                                "robolearn reward train DATASET --out FOLDER")
+    raw = json.loads(config.read_text())["spec"]
+    spec = ClassifierSpec(**{**raw, "cameras": tuple(raw["cameras"]), "image_shape": tuple(raw["image_shape"]),
+                             "state_names": tuple(raw.get("state_names", ()))})
+    model = SuccessClassifier(spec)
+    model.load_state_dict(load_file(str(folder / WEIGHTS)))
+    model.eval()
+    return model
+
+
+def read_report(folder: Path) -> dict[str, Any]:
+    return json.loads((Path(folder) / CONFIG).read_text())["report"]

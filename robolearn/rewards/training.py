@@ -1,0 +1,198 @@
+"""``robolearn reward train DATASET --out FOLDER``: fit a success classifier (``rewards.classifier``) on the
+labelled frames of a LeRobotDataset v3 and report how well it does on episodes it never saw.
+
+Labels: a frame is a success when its ``next.success`` is true (the scene shows success once that frame's
+step is done). ``robolearn record ... hold_ticks=N`` writes such frames for the N ticks the expert holds
+after succeeding; a buffer export marks the last frame of each successful episode (the moment the person said
+success). Every other frame is a failure frame; ``record ... near_misses=M`` adds episodes that end close to
+success without it, the frames a classifier most easily gets wrong.
+
+Batches are half success frames, half others (drawn with replacement), as success frames are few.
+Split: whole episodes are held out (``holdout`` of the successful ones and of the failed ones, at least one
+of each), so no held-out frame has a near-duplicate neighbour in training. Loss: binary cross-entropy, Adam,
+images shifted by up to 4 pixels (random shift) in training. Reported on the held-out episodes: frame
+precision and recall at the threshold, and episode precision and recall (an episode is called a success when
+any of its frames is).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from robolearn.policies.encoders import random_shift
+from robolearn.rewards.classifier import ClassifierSpec, SuccessClassifier, save_classifier
+
+LABEL = "next.success"
+
+
+@dataclass
+class TrainConfig:
+    cameras: tuple[str, ...] = ()      # empty: every camera of the dataset
+    use_state: bool = False            # also feed observation.state
+    epochs: int = 15
+    batch_size: int = 64
+    lr: float = 3e-4
+    holdout: float = 0.25              # share of episodes held out, per outcome
+    seed: int = 0
+    feature_dim: int = 32
+    hidden: int = 128
+    threshold: float = 0.5
+    threads: int = 2
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.holdout < 1.0:
+            raise ValueError(f"holdout must be in (0, 1), got {self.holdout}")
+        if self.epochs < 1 or self.batch_size < 2:
+            raise ValueError("epochs must be >= 1 and batch_size >= 2")
+
+
+@dataclass
+class LabelledFrames:
+    images: dict[str, np.ndarray]      # camera -> uint8 (N, H, W, 3)
+    state: np.ndarray                  # (N, S) float32
+    label: np.ndarray                  # (N,) bool
+    episode: np.ndarray                # (N,) int
+    state_names: tuple[str, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.label)
+
+
+def load_frames(root: Path, cameras: tuple[str, ...] = ()) -> LabelledFrames:
+    """Every frame of the LeRobotDataset at ``root`` with its label; ValueError naming what is missing."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    ds = LeRobotDataset("local/reward", root=root)
+    have = [n.removeprefix("observation.images.") for n in ds.features if n.startswith("observation.images.")]
+    cameras = tuple(cameras) or tuple(have)
+    missing = [c for c in cameras if c not in have]
+    if missing or not cameras:
+        raise ValueError(f"dataset {root}: no camera(s) {missing or '(none at all)'}; it has {have}")
+    if LABEL not in ds.features:
+        raise ValueError(f"dataset {root} has no per-frame success label ({LABEL}); record it with robolearn record "
+                         "or export a buffer with robolearn buffer export")
+    images = {c: [] for c in cameras}
+    state, label, episode = [], [], []
+    for i in range(len(ds)):
+        item = ds[i]
+        for c in cameras:
+            frame = item[f"observation.images.{c}"].numpy()  # float CHW in [0, 1]
+            images[c].append(np.round(np.transpose(frame, (1, 2, 0)) * 255.0).clip(0, 255).astype(np.uint8))
+        state.append(np.asarray(item["observation.state"], np.float32) if "observation.state" in item else np.zeros(0))
+        label.append(bool(np.asarray(item[LABEL]).reshape(-1)[0]))
+        episode.append(int(item["episode_index"]))
+    names = ds.features.get("observation.state", {}).get("names") or ()
+    return LabelledFrames({c: np.stack(v) for c, v in images.items()}, np.stack(state).astype(np.float32),
+                          np.array(label), np.array(episode), tuple(names) if isinstance(names, list) else ())
+
+
+def split_episodes(frames: LabelledFrames, holdout: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, test) frame indices; whole episodes, ``holdout`` of the successful and of the failed ones each."""
+    rng = np.random.default_rng(seed)
+    episodes = np.unique(frames.episode)
+    good = np.array([frames.label[frames.episode == e].any() for e in episodes])
+    if good.sum() < 2 or (~good).sum() < 2:
+        raise ValueError(f"the dataset needs at least 2 episodes with success frames and 2 without ({good.sum()} and "
+                         f"{(~good).sum()} here): record successes (hold_ticks) and failures (near_misses)")
+    test = []
+    for group in (episodes[good], episodes[~good]):
+        n = min(len(group) - 1, max(1, round(holdout * len(group))))
+        test.extend(rng.choice(group, n, replace=False).tolist())
+    in_test = np.isin(frames.episode, test)
+    return np.flatnonzero(~in_test), np.flatnonzero(in_test)
+
+
+def _batch(frames: LabelledFrames, idx: np.ndarray, spec: ClassifierSpec, rng: np.random.Generator | None):
+    obs = {}
+    for c in spec.cameras:
+        x = torch.from_numpy(frames.images[c][idx])
+        obs[c] = random_shift(x, rng) if rng is not None else x
+    if spec.state_dim:
+        obs["state"] = torch.from_numpy(frames.state[idx])
+    return obs
+
+
+@torch.no_grad()
+def probabilities(model: SuccessClassifier, frames: LabelledFrames, idx: np.ndarray, batch: int = 256) -> np.ndarray:
+    model.eval()
+    out = [torch.sigmoid(model(_batch(frames, idx[i:i + batch], model.spec, None))).numpy()
+           for i in range(0, len(idx), batch)]
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def scores(predicted: np.ndarray, truth: np.ndarray) -> dict[str, float]:
+    tp = int(np.sum(predicted & truth))
+    fp, fn = int(np.sum(predicted & ~truth)), int(np.sum(~predicted & truth))
+    return {"precision": tp / (tp + fp) if tp + fp else 0.0, "recall": tp / (tp + fn) if tp + fn else 0.0,
+            "true_positives": tp, "false_positives": fp, "false_negatives": fn, "count": int(len(truth))}
+
+
+def evaluate(model: SuccessClassifier, frames: LabelledFrames, idx: np.ndarray) -> dict:
+    """Frame and episode precision / recall of ``model`` on frames ``idx``."""
+    p = probabilities(model, frames, idx)
+    predicted, truth = p >= model.spec.threshold, frames.label[idx]
+    eps = frames.episode[idx]
+    ids = np.unique(eps)
+    ep_pred = np.array([predicted[eps == e].any() for e in ids], bool)
+    ep_true = np.array([truth[eps == e].any() for e in ids], bool)
+    return {"frames": scores(predicted, truth), "episodes": scores(ep_pred, ep_true)}
+
+
+def train_classifier(frames: LabelledFrames, config: TrainConfig,
+                     progress: Callable[[str], None] = print) -> tuple[SuccessClassifier, dict]:
+    torch.manual_seed(config.seed)
+    torch.set_num_threads(config.threads)
+    rng = np.random.default_rng(config.seed)
+    train, test = split_episodes(frames, config.holdout, config.seed)
+    cameras = tuple(frames.images)
+    state_dim = frames.state.shape[1] if config.use_state else 0
+    spec = ClassifierSpec(cameras, tuple(frames.images[cameras[0]].shape[1:]), state_dim, config.feature_dim,
+                          config.hidden, config.threshold, frames.state_names if config.use_state else ())
+    model = SuccessClassifier(spec)
+    if state_dim:
+        model.state_mean.copy_(torch.from_numpy(frames.state[train].mean(0)))
+        model.state_std.copy_(torch.from_numpy(frames.state[train].std(0) + 1e-3))
+    optim = torch.optim.Adam(model.parameters(), lr=config.lr)
+    labels = torch.from_numpy(frames.label.astype(np.float32))
+    t0 = time.monotonic()
+    positives, negatives = train[frames.label[train]], train[~frames.label[train]]
+    half = config.batch_size // 2
+    for epoch in range(config.epochs):
+        model.train()
+        losses = []
+        for _ in range(max(1, len(train) // config.batch_size)):
+            # balanced batches: success frames are few (a few ticks an episode), so each batch is half of them
+            idx = np.concatenate([rng.choice(positives, half), rng.choice(negatives, config.batch_size - half)])
+            loss = F.binary_cross_entropy_with_logits(model(_batch(frames, idx, spec, rng)), labels[idx])
+            optim.zero_grad()
+            loss.backward()
+            optim.step()
+            losses.append(float(loss.detach()))
+        progress(f"epoch {epoch + 1}/{config.epochs}: loss {np.mean(losses):.4f} ({time.monotonic() - t0:.0f} s)")
+    held_out = evaluate(model, frames, test)
+    report = {"train_frames": int(len(train)), "test_frames": int(len(test)),
+              "train_episodes": int(len(np.unique(frames.episode[train]))),
+              "test_episodes": int(len(np.unique(frames.episode[test]))),
+              "train_success_frames": int(frames.label[train].sum()), "held_out": held_out,
+              "train_seconds": time.monotonic() - t0, "config": {k: list(v) if isinstance(v, tuple) else v
+                                                                  for k, v in asdict(config).items()}}
+    return model, report
+
+
+def train_and_save(dataset: Path, out: Path, config: TrainConfig, progress: Callable[[str], None] = print) -> dict:
+    if (Path(out) / "classifier.json").exists():
+        raise FileExistsError(f"{out} already holds a classifier; choose a new folder")
+    frames = load_frames(Path(dataset), config.cameras)
+    progress(f"{len(frames)} frames, {int(frames.label.sum())} labelled success, "
+             f"{len(np.unique(frames.episode))} episodes, cameras {list(frames.images)}")
+    model, report = train_classifier(frames, config, progress)
+    report["dataset"] = str(dataset)
+    save_classifier(model, Path(out), report)
+    return report

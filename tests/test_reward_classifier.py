@@ -1,0 +1,108 @@
+"""The success classifier: recorded labelled frames -> ``robolearn reward train`` -> safetensors + JSON (never
+pickled) -> ``task.reward=classifier`` on the sim twin, where it ends episodes and the person overrides it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from robolearn.hardware.operator import Operator, PersonConfig
+from robolearn.hardware.safety import EStop, GuardedRobot, SafetyConfig
+from robolearn.hardware.teleop import TeleopEvent
+from robolearn.record import record
+from robolearn.rewards.classifier import load_classifier, read_report
+from robolearn.rewards.training import TrainConfig, load_frames, split_episodes, train_and_save
+from robolearn.sim.reach import ReachConfig, ReachEnv
+from robolearn.tasks.real import RealTaskConfig, RealTaskEnv
+from tests.helpers import robolearn
+from tests.scripted_keys import ScriptedKeys
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("reward") / "reach"
+    env = ReachEnv(ReachConfig(cameras=["wrist"], camera_size=32))
+    result = record(env, 8, root, "test/reach", fps=25, seed=100, hold_ticks=6, near_misses=8)
+    env.close()
+    assert result.episodes == 16 and result.successes >= 7
+    return root
+
+
+@pytest.fixture(scope="module")
+def classifier(dataset, tmp_path_factory):
+    out = tmp_path_factory.mktemp("clf") / "reach"
+    report = train_and_save(dataset, out, TrainConfig(epochs=12, holdout=0.25))
+    return out, report
+
+
+def test_recorded_frames_carry_exact_success_labels(dataset):
+    frames = load_frames(dataset)
+    assert set(frames.images) == {"wrist"} and frames.images["wrist"].shape[1:] == (32, 32, 3)
+    eps = np.unique(frames.episode)
+    good = [e for e in eps if frames.label[frames.episode == e].any()]
+    # a success episode ends with the hold: its last 7 frames labelled (the success step and 6 held ticks); an
+    # expert that touched success and drifted off again has its success frames where they were
+    held = [e for e in good if frames.label[frames.episode == e][-7:].all()]
+    assert len(held) >= 6
+    assert len(good) >= 7 and len(eps) - len(good) >= 7  # the near misses: no success frame at all
+    train, test = split_episodes(frames, 0.25, seed=0)
+    assert not set(frames.episode[train]) & set(frames.episode[test])  # whole episodes held out
+
+
+def test_training_reports_held_out_precision_and_recall_and_saves_no_pickle(classifier, monkeypatch):
+    out, report = classifier
+    assert sorted(p.name for p in out.iterdir()) == ["classifier.json", "model.safetensors"]
+    assert report["test_episodes"] >= 4 and read_report(out)["held_out"] == json.loads(json.dumps(report["held_out"]))
+    frames = report["held_out"]["frames"]
+    assert frames["precision"] >= 0.8 and frames["recall"] >= 0.8, frames  # a tiny model on 16 episodes
+    monkeypatch.setattr(torch, "load", lambda *a, **k: pytest.fail("a classifier is never torch.load-ed"))
+    model = load_classifier(out)
+    assert model.spec.cameras == ("wrist",) and model.spec.image_shape == (32, 32, 3)
+
+
+def test_bad_input_is_named(dataset, classifier, tmp_path):
+    with pytest.raises(FileExistsError):
+        train_and_save(dataset, classifier[0], TrainConfig(epochs=1))
+    with pytest.raises(ValueError, match="no camera"):
+        load_frames(dataset, cameras=("front",))
+    with pytest.raises(FileNotFoundError, match="not a success classifier"):
+        load_classifier(tmp_path)
+    result = robolearn(["reward", "train", str(dataset), "--out", str(classifier[0])], cwd=tmp_path)
+    assert result.returncode != 0 and "already holds a classifier" in result.stderr
+
+
+def test_the_twin_takes_its_reward_from_the_classifier_and_the_person_overrides_it(classifier, tmp_path):
+    out, _ = classifier
+    cfg = RealTaskConfig(reward="classifier", classifier=str(out), cameras=["wrist"], camera_size=32, scene_state=True)
+    env = RealTaskEnv(cfg)
+    assert env.observation_spec.arrays["state"].shape == (21,)  # + the scene's tip and target (a tracker's)
+    env.robot.connect()
+    env.robot = GuardedRobot(env.robot, SafetyConfig(), EStop(tmp_path / "e.json"), 25.0, watch_time=False)
+    keys = ScriptedKeys()
+    keys.env = env
+    env.attach_operator(Operator(PersonConfig(name="test"), None, keys=keys))
+    model = load_classifier(out)
+    for seed in range(200, 204):
+        keys.press("enter")
+        env.reset(seed=seed)
+        for _ in range(env.episode_ticks):
+            obs, r, term, trunc, info = env.step(env.scene.expert_action())
+            p = model.probability(obs)  # the classifier's own answer on what the step showed
+            assert info["success_probability"] == pytest.approx(p, abs=1e-6)
+            assert (term, r, info["success"]) == ((True, 1.0, True) if p >= 0.5 else (False, 0.0, False))
+            if term or trunc:
+                break
+        assert term and info["label"] == "classifier"  # the expert reaches the target: the classifier says so
+    keys.press("enter")
+    keys.press_at(2, "n")  # read in the second step (its tick count is 2 once it has moved): their word wins
+    env.reset(seed=300)
+    env.step(env.scene.expert_action())
+    _, r, term, trunc, info = env.step(env.scene.expert_action())
+    assert trunc and not term and r == 0.0 and info["label"] == TeleopEvent.FAILURE
+    with pytest.raises(ValueError, match="camera 'wrist'"):
+        RealTaskEnv(RealTaskConfig(reward="classifier", classifier=str(out)))
+    with pytest.raises(ValueError, match="holds none"):
+        RealTaskConfig(reward="classifier", classifier=str(tmp_path))
