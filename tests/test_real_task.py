@@ -277,7 +277,7 @@ def test_the_scripted_person_labels_the_hidden_success(tmp_path):
     (["task=real"], "teleop=keyboard"),
     (["teleop=keyboard"], "teleop=keyboard is the person of task=real"),
     (["task=real", "teleop=keyboard", "robot=so101"], "actor.realtime=true"),
-    (["task=real", "teleop=scripted", "task.reward=classifier"], "not built yet"),
+    (["task=real", "teleop=scripted", "task.reward=classifier"], "needs task.classifier=FOLDER"),
     (["task=real", "teleop=scripted", "task.reset.pose=nowhere"], "nowhere"),
     (["task=real", "teleop=scripted", "actor.human=scripted"], "actor.human=none"),
 ])
