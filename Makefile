@@ -10,7 +10,7 @@ MINUTES ?= 3
 PYTEST := $(VENV)/bin/python -m pytest
 
 .PHONY: setup run test test-all bench bench-reach bench-buffer bench-experts bench-delay-sweep bench-control-loop \
-	bench-inference-rtt bench-learner-speed bench-hil bench-learn-async bench-chaos bench-table lint clean
+	bench-inference-rtt bench-learner-speed bench-hil bench-learn-async bench-chaos bench-reward bench-table lint clean
 
 setup: $(VENV)/.installed
 
@@ -64,12 +64,15 @@ bench-learn-async: setup
 bench-chaos: setup
 	$(VENV)/bin/python benchmarks/chaos.py $(ARGS)
 
+bench-reward: setup
+	MUJOCO_GL=egl HF_HUB_OFFLINE=1 $(VENV)/bin/python benchmarks/reward_classifier.py $(ARGS)
+
 # the summary table in BENCHMARKS.md, from benchmarks/results/*.json
 bench-table: setup
 	$(VENV)/bin/python benchmarks/table.py
 
 bench: bench-reach bench-buffer bench-experts bench-delay-sweep bench-control-loop bench-inference-rtt \
-	bench-learner-speed bench-hil bench-learn-async bench-chaos
+	bench-learner-speed bench-hil bench-learn-async bench-chaos bench-reward
 	$(MAKE) bench-table
 
 lint: setup

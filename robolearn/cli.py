@@ -174,6 +174,12 @@ def _record(cfg: DictConfig) -> None:
         if cfg.episodes < 1:
             raise ConfigError(f"config error at 'episodes': must be >= 1, got {cfg.episodes}")
         env = lookup("task", task.name).factory(task, robot)
+        if hasattr(env, "attach_operator"):  # task=real: its twin's episodes end on the scripted person's word
+            teleop = typed_group(cfg, "teleop")
+            if teleop.name != "scripted":
+                raise ConfigError("config error at 'teleop': robolearn record drives the sim twin's scripted expert; "
+                                  "choose teleop=scripted (on hardware, record by teleop with lerobot-record)")
+            env.attach_operator(lookup("teleop", teleop.name).factory(teleop, env))
         result = record(env, cfg.episodes, Path(cfg.out), cfg.repo_id, fps=round(env.robot.config.control_hz),
                         seed=cfg.seed, task=task.name, hold_ticks=cfg.hold_ticks, near_misses=cfg.near_misses,
                         miss_m=tuple(cfg.miss_m))

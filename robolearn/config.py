@@ -226,6 +226,9 @@ def _check_teleop(cfg: RunConfig) -> None:
         raise ConfigError(f"config error at 'teleop': teleop={cfg.teleop.name} is the person of task=real; the sim "
                           f"task {cfg.task.name} takes its rewards from the simulator (its scripted human: "
                           "actor.human=scripted)")
+    if real and cfg.task.reward == "classifier" and cfg.teleop.name == "scripted" and cfg.teleop.labels:
+        raise ConfigError("config error at 'teleop.labels': the scripted person labels from the sim's hidden success, "
+                          "which would override the classifier; set teleop.labels=false with task.reward=classifier")
     if real and cfg.actor.human != "none":
         raise ConfigError("config error at 'actor.human': task=real has its person in teleop=...; set actor.human=none")
     if real and cfg.robot.name != "sim_so101" and not cfg.actor.realtime:

@@ -19,6 +19,19 @@ from robolearn.inference.runner import ChunkPolicyRunner
 from robolearn.rundir import RunDir
 
 
+def _judged_by_the_simulator(env):
+    """A ``task=real`` run is evaluated on its sim twin: a scripted person who says success the tick the hidden
+    sim success holds, whatever reward the run learned from (a person's labels or a classifier's)."""
+    from robolearn.hardware.operator import ScriptedPerson, ScriptedPersonConfig
+
+    if env.scene is None:
+        raise ValueError("robolearn eval runs on the sim twin (robot=sim_so101); on hardware, run the policy with a "
+                         "person labelling it")
+    env.classifier = None
+    env.attach_operator(ScriptedPerson(ScriptedPersonConfig(reaction_ticks=0), env.scene))
+    return env
+
+
 def evaluate(run_dir: Path, episodes: int = 20, seed: int = 12345, deterministic: bool = True) -> dict:
     run = RunDir(run_dir)
     cfg = load_run_config(run.config)
@@ -32,6 +45,8 @@ def evaluate(run_dir: Path, episodes: int = 20, seed: int = 12345, deterministic
     clock = SimClock()
     executor = ChunkExecutor(SimulatedLatencyClient(runner, clock), env.action_spec, getattr(policy, "horizon", 1),
                              ChunkingConfig(mode="sync", splice="replace", max_prefix=0))
+    if hasattr(env, "attach_operator"):  # task=real: judged by the sim twin's own success, never a learned reward
+        env = _judged_by_the_simulator(env)
     loop = EpisodeLoop(env, executor, clock, policy_version=lambda: ckpt.version)
     env.robot.connect()
     try:

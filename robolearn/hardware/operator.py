@@ -298,6 +298,7 @@ class ScriptedPersonConfig:
 
     name: str = "scripted"
     reaction_ticks: int = 2            # says success this many ticks after the scene succeeds
+    labels: bool = True                # false: only says "ready" (the reward is a classifier's alone)
 
     def __post_init__(self) -> None:
         if self.reaction_ticks < 0:
@@ -329,6 +330,8 @@ class ScriptedPerson:
         return set()
 
     def take_label(self) -> TeleopEvent | None:
+        if not self.config.labels:
+            return None
         self._seen = self._seen + 1 if self.scene.success() else 0
         return TeleopEvent.SUCCESS if self._seen > self.config.reaction_ticks else None
 

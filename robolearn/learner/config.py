@@ -21,6 +21,8 @@ class LearnerConfig:
                                      # waits until the learner has done the updates due (the baseline)
     weights_heartbeat_s: float = 1.0  # a full weight snapshot at least this often (late joiners, missed deltas)
     weights_full_every: int = 20     # and at least every this many versions; in between, sparse deltas
+    demos: str = ""                  # a LeRobotDataset v3 folder (robolearn record) imported into the buffer's demo
+                                     # partition when the run starts (once: a restart finds them in the buffer)
 
     def __post_init__(self) -> None:
         if self.utd_ratio <= 0:

@@ -91,6 +91,7 @@ class Learner:
         self.buffer = ReplayBuffer(run.buffer, self.obs_spec, self.action_spec, store.capacity, store.ram_budget_mb,
                                    store.fsync, store.fsync_interval_s, store.segment_mb, seed=cfg.seed)
         self._restore()
+        self._import_demos()
         self._report_buffer()
 
     # --- start-up ------------------------------------------------------------------------------
@@ -104,6 +105,17 @@ class Learner:
         torch.set_rng_state(ckpt.torch_rng)
         self.resumed_from = {"updates": self.algo.num_updates, "version": self.version, "env_steps": ckpt.env_steps}
 
+    def _import_demos(self) -> None:
+        """``learner.demos``: the demonstrations go into the demo partition (never evicted; RLPD samples them) the
+        first time; they are then in the buffer's log, so a restarted learner does not import them again."""
+        if not self.schedule.demos or self.buffer.partition_sizes().get("demo", 0):
+            return
+        from robolearn.buffer.lerobot_io import import_lerobot
+
+        n = import_lerobot(self.buffer, self.schedule.demos, robot_id="demos")
+        print(f"[learner] imported {n} demo episodes ({self.buffer.partition_sizes().get('demo', 0)} steps) from "
+              f"{self.schedule.demos}", flush=True)
+
     def _report_buffer(self) -> None:
         for problem in self.buffer.log.problems:
             print(f"[learner] buffer: {problem}", file=sys.stderr, flush=True)
@@ -111,6 +123,8 @@ class Learner:
             print(f"[learner] buffer: episode {episode_id} of {robot_id} was cut by a crash; kept up to its last "
                   "stored step and marked truncated", flush=True)
         for ep in self.buffer.episodes.values():
+            if ep.partition == "demo":  # demonstrations are not the robots' episodes
+                continue
             self.max_episode_id = max(self.max_episode_id, ep.episode_id)
             if ep.ended and not ep.truncated_by_recovery:  # one a crash cut has no outcome
                 self._count_episode(ep.success)

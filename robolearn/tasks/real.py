@@ -297,6 +297,21 @@ class RealTaskEnv:
     def hold_action(self) -> np.ndarray:
         return np.zeros(6, np.float32)
 
+    @property
+    def aim_offset(self) -> np.ndarray:
+        """The twin's expert aims this far off its goal (recording near misses), where its scene has one."""
+        return self.scene.aim_offset
+
+    @aim_offset.setter
+    def aim_offset(self, offset: np.ndarray) -> None:
+        self.scene.aim_offset = offset
+
+    def expert_action(self) -> np.ndarray:
+        """The twin only: the scene's scripted expert (privileged), for recording demos and benchmarks."""
+        if self.scene is None:
+            raise NotImplementedError("a real robot has no scripted expert; record demos by teleop")
+        return self.scene.expert_action()
+
     # --- the reset procedure
     def reset(self, *, seed: int | None = None, options: dict | None = None):  # noqa: ARG002
         if self.operator is None:

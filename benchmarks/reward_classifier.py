@@ -1,0 +1,120 @@
+"""A learned success classifier as the only reward: its held-out precision and recall, then SAC on the sim twin
+with it against the same run rewarded by the sim's own (hidden) success.
+
+    make bench-reward      (python benchmarks/reward_classifier.py [--seeds 0 1 2] [--env-steps 12000])
+
+1. Labelled episodes: ``robolearn record task=reach task.cameras=[wrist]`` with ``hold_ticks`` (the expert stays
+   at the target: success frames) and as many ``near_misses`` (the expert aims 4-8 cm beside the target: failures
+   that end close to success), on seeds never used in development.
+2. ``robolearn reward train`` on them (wrist camera, images only); the goals are its frame precision and recall on
+   the held-out episodes it reports.
+3. For each seed, interleaved, two ``robolearn run task=real teleop=scripted`` runs on the twin (the learner never
+   sees the sim's success; the target position is in the state, as a tracker would give it,
+   ``task.scene_state=true``), the same SAC/RLPD settings, the same 20 expert demos and the same env-step budget:
+     sim_reward   the scripted person says success the tick the hidden sim success holds (reward 1, terminal)
+     classifier   ``task.reward=classifier`` with the wrist camera; the scripted person only says "ready"
+                  (``teleop.labels=false``): the classifier alone ends episodes and rewards them
+   Each run's checkpoint is then evaluated by ``robolearn eval`` on 100 fresh seeds, deterministically, judged by
+   the sim's own success (never by the classifier). Goal ``classifier_reward_success_ratio``: median success of
+   the classifier runs over the median of the sim-reward runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import ROBOLEARN, goal, run_command, write_result  # noqa: E402
+
+CAMERA = ["task.cameras=[wrist]", "task.camera_size=64"]
+TWIN = ["task=real", "teleop=scripted", "teleop.reaction_ticks=0", "task.scene_state=true", "task.episode_s=4"]
+
+
+def robolearn(args: list[str], cwd: Path, what: str) -> str:
+    t0 = time.monotonic()
+    done = subprocess.run([str(ROBOLEARN), *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "MUJOCO_GL": "egl"})
+    if done.returncode != 0:
+        raise RuntimeError(f"{what} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    print(f"  {what}: {time.monotonic() - t0:.0f} s", flush=True)
+    return done.stdout
+
+
+def evaluate(run_dir: Path, cwd: Path, episodes: int, seed: int) -> float:
+    out = robolearn(["eval", f"run_dir={run_dir}", f"episodes={episodes}", f"seed={seed}"], cwd, f"eval {run_dir.name}")
+    return float(re.search(r"success rate (\d+)%", out).group(1)) / 100
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--episodes", type=int, default=50, help="labelled successes, and as many near misses")
+    ap.add_argument("--epochs", type=int, default=15)
+    ap.add_argument("--env-steps", type=int, default=12000)
+    ap.add_argument("--eval-episodes", type=int, default=100)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        print("recording labelled episodes", flush=True)
+        robolearn(["record", "task=reach", *CAMERA, f"episodes={args.episodes}", f"near_misses={args.episodes}",
+                   "hold_ticks=8", "seed=50000", f"out={work / 'labelled'}"], work, "record labelled episodes")
+        print("training the classifier", flush=True)
+        robolearn(["reward", "train", str(work / "labelled"), "--out", str(work / "classifier"), "--epochs",
+                   str(args.epochs)], work, "robolearn reward train")
+        report = json.loads((work / "classifier" / "classifier.json").read_text())["report"]
+        held = report["held_out"]
+        print(f"held-out frames: {held['frames']}\nheld-out episodes: {held['episodes']}", flush=True)
+        arms = {"sim_reward": [*TWIN], "classifier": [*TWIN, *CAMERA, "task.reward=classifier",
+                                                       f"task.classifier={work / 'classifier'}", "teleop.labels=false"]}
+        for arm, overrides in arms.items():  # the same 20 demos for both, with the observation each arm has
+            extra = CAMERA if arm == "classifier" else []
+            robolearn(["record", *TWIN, *extra, "episodes=20", "seed=60000", f"out={work / f'demos-{arm}'}"], work,
+                      f"record demos ({arm})")
+        runs: dict[str, list[dict]] = {arm: [] for arm in arms}
+        for seed in args.seeds:
+            for arm, overrides in arms.items():
+                name = f"{arm}-{seed}"
+                robolearn(["run", *overrides, f"seed={seed}", f"run_name={name}", f"learner.demos={work / f'demos-{arm}'}",
+                           "learner.utd_ratio=4", f"budget.env_steps={args.env_steps}", "budget.minutes=40",
+                           "runtime.live_console=false"], work, f"run {name}")
+                run_dir = work / "runs" / name
+                summary = json.loads((run_dir / "summary.json").read_text())
+                actor = json.loads((run_dir / "status" / "actor-0.json").read_text())
+                success = evaluate(run_dir, work, args.eval_episodes, seed=880000 + 1000 * seed)
+                runs[arm].append({"seed": seed, "eval_success": success, "env_steps": summary["env_steps"],
+                                  "wall_minutes": round(summary["wall_minutes"], 2),
+                                  "training_success_last_50": summary["success_rate_last_50"],
+                                  "labels_by_person": actor["task"]["labels"],
+                                  "episodes_ended_by_classifier": actor["task"]["classifier_successes"]})
+                print(f"  {name}: eval success {success:.0%} ({summary['env_steps']} env steps)", flush=True)
+    medians = {arm: statistics.median(r["eval_success"] for r in rs) for arm, rs in runs.items()}
+    ratio = round(medians["classifier"] / medians["sim_reward"], 3) if medians["sim_reward"] else None
+    command = run_command(ap, args, "bench-reward", "reward_classifier.py")
+    summary = {arm: {"median": medians[arm], "min": min(r["eval_success"] for r in rs),
+                     "max": max(r["eval_success"] for r in rs)} for arm, rs in runs.items()}
+    path = write_result("reward_classifier", command, [
+        goal("classifier_precision", round(held["frames"]["precision"], 4), ">=", 0.95),
+        goal("classifier_recall", round(held["frames"]["recall"], 4), ">=", 0.95),
+        goal("classifier_reward_success_ratio", ratio, ">=", 0.9),
+    ], classifier={k: v for k, v in report.items() if k != "config"}, classifier_config=report["config"],
+        eval_success=summary, runs=runs, env_steps=args.env_steps, eval_episodes=args.eval_episodes,
+        settings={"labelled": f"reach, wrist camera 64 px, {args.episodes} successes held 8 ticks + "
+                              f"{args.episodes} near misses (4-8 cm), seeds from 50000",
+                  "rl": "SAC/RLPD, utd 4, 20 twin demos (seeds from 60000), task=real on the twin, scene state "
+                        "in the observation, sparse reward 1 on success; eval seeds from 880000"})
+    print(f"classifier precision {held['frames']['precision']:.3f}, recall {held['frames']['recall']:.3f}; eval "
+          f"success median sim reward {medians['sim_reward']:.0%}, classifier {medians['classifier']:.0%}: "
+          f"ratio {ratio}\nwrote {path}")
+
+
+if __name__ == "__main__":
+    main()
