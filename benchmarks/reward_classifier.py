@@ -13,7 +13,8 @@ with it against the same run rewarded by the sim's own (hidden) success.
    ``task.scene_state=true``), the same SAC/RLPD settings, the same 20 expert demos and the same env-step budget:
      sim_reward   the scripted person says success the tick the hidden sim success holds (reward 1, terminal)
      classifier   ``task.reward=classifier`` with the wrist camera; the scripted person only says "ready"
-                  (``teleop.labels=false``): the classifier alone ends episodes and rewards them
+                  (``teleop.labels=false``): the classifier alone ends episodes and rewards them; its policy acts on the
+                  state alone too (``policy.use_cameras=false``), so only the reward differs
    Each run's checkpoint is then evaluated by ``robolearn eval`` on 100 fresh seeds, deterministically, judged by
    the sim's own success (never by the classifier). Goal ``classifier_reward_success_ratio``: median success of
    the classifier runs over the median of the sim-reward runs.
@@ -73,9 +74,11 @@ def main() -> None:
         report = json.loads((work / "classifier" / "classifier.json").read_text())["report"]
         held = report["held_out"]
         print(f"held-out frames: {held['frames']}\nheld-out episodes: {held['episodes']}", flush=True)
-        arms = {"sim_reward": [*TWIN], "classifier": [*TWIN, *CAMERA, "task.reward=classifier",
-                                                       f"task.classifier={work / 'classifier'}", "teleop.labels=false"]}
-        for arm, overrides in arms.items():  # the same 20 demos for both, with the observation each arm has
+        # the policy acts on the state in both (policy.use_cameras=false): only the reward differs
+        arms = {"sim_reward": [*TWIN], "classifier": [*TWIN, *CAMERA, "policy.use_cameras=false",
+                                                       "task.reward=classifier", f"task.classifier={work / 'classifier'}",
+                                                       "teleop.labels=false"]}
+        for arm in arms:  # the same 20 demos for both, with the observation each arm has
             extra = CAMERA if arm == "classifier" else []
             robolearn(["record", *TWIN, *extra, "episodes=20", "seed=60000", f"out={work / f'demos-{arm}'}"], work,
                       f"record demos ({arm})")
@@ -83,7 +86,8 @@ def main() -> None:
         for seed in args.seeds:
             for arm, overrides in arms.items():
                 name = f"{arm}-{seed}"
-                robolearn(["run", *overrides, f"seed={seed}", f"run_name={name}", f"learner.demos={work / f'demos-{arm}'}",
+                demos = work / f"demos-{arm}"
+                robolearn(["run", *overrides, f"seed={seed}", f"run_name={name}", f"learner.demos={demos}",
                            "learner.utd_ratio=4", f"budget.env_steps={args.env_steps}", "budget.minutes=40",
                            "runtime.live_console=false"], work, f"run {name}")
                 run_dir = work / "runs" / name

@@ -1,4 +1,4 @@
-"""The person at a real robot, as the run sees them: ``teleop=keyboard``, ``teleop=so101_leader`` or, on the
+"""The person at a real robot, as the run sees them: ``teleop=keyboard``, ``gamepad``, ``so101_leader`` or, on the
 sim twin only, ``teleop=scripted``.
 
 A person gives the run four things: labels (success, failure, re-record), "ready" after a reset, the e-stop,
@@ -15,6 +15,10 @@ by at most ``max_speed`` / ``control_hz`` per tick (``max_gripper_speed`` for th
 with the leader arm 60 degrees away from the follower moves the follower there over a second or so, never
 in one jump (lerobot's teleoperation jumps). Handing back is bumpless too: the policy's actions are
 bounded changes of the command it finds.
+
+``teleop=gamepad`` (``hardware.gamepad``, evdev): hold the right shoulder to take over (a dead-man: letting go
+hands back), the sticks move the tip target, the triggers the gripper, A/B/X label, Start is ready, Select
+or the centre button the e-stop (``GAMEPAD_HELP``); the terminal's keys work beside it.
 
 Keys (``KEYS``; ``h`` prints them): ``y`` success, ``n`` failure, ``r`` re-record (each ends the episode),
 Enter ready, space takes over / hands back (a terminal has no key-up, so it is a toggle), ``e`` or Esc the
@@ -76,6 +80,25 @@ class KeyboardTeleopConfig(PersonConfig):
 
 
 @dataclass
+class GamepadTeleopConfig(PersonConfig):
+    """``teleop=gamepad``: a gamepad through evdev drives the gripper tip; hold the right shoulder to take over."""
+
+    name: str = "gamepad"
+    device: str = ""                   # /dev/input/by-id/...-event-joystick (or /dev/input/eventN)
+    tip_speed: float = 0.15            # m/s of the tip target at full stick
+    gripper_rate: float = 100.0        # gripper units/s at full trigger
+    deadzone: float = 0.15             # stick values below this are 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.device:
+            raise ValueError("teleop=gamepad needs teleop.device=/dev/input/by-id/<...>-event-joystick "
+                             "(ls that folder)")
+        if self.tip_speed <= 0 or self.gripper_rate <= 0 or not 0 <= self.deadzone < 1:
+            raise ValueError("teleop.tip_speed and teleop.gripper_rate must be > 0, teleop.deadzone in [0, 1)")
+
+
+@dataclass
 class LeaderTeleopConfig(PersonConfig, LerobotTeleopConfig):
     """``teleop=so101_leader`` (or any lerobot teleoperator type): the device gives joint targets."""
 
@@ -124,6 +147,12 @@ class LeaderDriver:
     def __init__(self, teleop: LerobotTeleop) -> None:
         self.teleop = teleop
 
+    def connect(self) -> None:
+        self.teleop.connect()
+
+    def disconnect(self) -> None:
+        self.teleop.disconnect()
+
     def start(self, arm: Arm) -> None:  # noqa: ARG002 - the leader is where the person holds it
         """Nothing to set up: the target is wherever the person holds the leader."""
 
@@ -168,6 +197,59 @@ class KeyboardDriver:
         return joints, set()
 
 
+GAMEPAD_BUTTONS = {"south": TeleopEvent.SUCCESS, "east": TeleopEvent.FAILURE, "west": TeleopEvent.RERECORD,
+                   "start": TeleopEvent.READY, "select": TeleopEvent.ESTOP, "mode": TeleopEvent.ESTOP}
+GAMEPAD_HELP = ("gamepad: hold the right shoulder to take over (let go: the policy again) | left stick x/y, right "
+                "stick up/down | right / left trigger close / open | A success | B failure | X re-record | "
+                "Start ready | Select or the centre button E-STOP")
+
+
+class GamepadDriver:
+    """A gamepad (``hardware.gamepad``): the sticks move a tip target at ``tip_speed`` (m/s at full stick), the
+    triggers the gripper; the right shoulder is held to take over (a dead-man: letting go hands back)."""
+
+    def __init__(self, config: GamepadTeleopConfig, reader=None) -> None:
+        self.config, self.reader = config, reader  # reader injected in tests; else opened at connect
+        self._keyboard = KeyboardDriver(KeyboardTeleopConfig())  # the tip and gripper target it moves
+
+    def connect(self) -> None:
+        if self.reader is None:
+            from robolearn.hardware.gamepad import GamepadReader
+
+            self.reader = GamepadReader(self.config.device)
+        print(GAMEPAD_HELP, flush=True)
+
+    def disconnect(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
+
+    def poll(self) -> tuple[list[TeleopEvent], bool]:
+        """The buttons pressed since the last poll as events, and whether the take-over button is held."""
+        pressed = self.reader.read()
+        return [GAMEPAD_BUTTONS[b] for b in pressed if b in GAMEPAD_BUTTONS], "tr" in self.reader.held
+
+    def start(self, arm: Arm) -> None:
+        self._keyboard.start(arm)
+
+    def key(self, key: str) -> None:  # noqa: ARG002
+        """The gamepad takes no terminal keys (the terminal's still label and stop)."""
+
+    def target(self, arm: Arm) -> tuple[np.ndarray | None, set[TeleopEvent]]:
+        axes, dt, dz = self.reader.axes, 1.0 / arm.control_hz, self.config.deadzone
+
+        def stick(name: str) -> float:
+            v = axes[name]
+            return 0.0 if abs(v) < dz else v
+
+        kb = self._keyboard
+        if kb._tip is None:
+            kb.start(arm)
+        step = self.config.tip_speed * dt  # stick up (negative y) is forward (+x), stick left is +y
+        kb._tip += np.array([-stick("y"), -stick("x"), -stick("ry")]) * step
+        kb._gripper = float(np.clip(kb._gripper + (axes["z"] - axes["rz"]) * self.config.gripper_rate * dt, 0, 100))
+        return kb.target(arm)
+
+
 class Operator:
     """A person with a terminal and, optionally, a device (see the module docstring)."""
 
@@ -191,13 +273,13 @@ class Operator:
         if self._keys_reader is None:
             self._terminal = TerminalKeys(self.config.tty)
             self._keys_reader = self._terminal.read
-        if isinstance(self.driver, LeaderDriver):
-            self.driver.teleop.connect()
+        if hasattr(self.driver, "connect"):
+            self.driver.connect()
         print(HELP + (f"\n{TIP_HELP}" if isinstance(self.driver, KeyboardDriver) else ""), flush=True)
 
     def disconnect(self) -> None:
-        if isinstance(self.driver, LeaderDriver):
-            self.driver.teleop.disconnect()
+        if hasattr(self.driver, "disconnect"):
+            self.driver.disconnect()
         if self._terminal is not None:
             self._terminal.close()
             self._terminal, self._keys_reader = None, None
@@ -207,8 +289,13 @@ class Operator:
         """Read the keys pressed since the last poll: labels and "ready" are kept for the task, the e-stop is
         pressed at once, space toggles taking over. Returns the events (INTERVENTION_ON/OFF as edges)."""
         events: set[TeleopEvent] = set()
-        for key in self._keys_reader() if self._keys_reader is not None else []:
-            event = KEYS.get(key)
+        held = None
+        inputs: list[tuple[str, TeleopEvent | None]] = [
+            (key, KEYS.get(key)) for key in (self._keys_reader() if self._keys_reader is not None else [])]
+        if hasattr(self.driver, "poll"):  # a device with buttons (a gamepad): its events, and its take-over button
+            device_events, held = self.driver.poll()
+            inputs += [("", event) for event in device_events]
+        for key, event in inputs:
             if event == TeleopEvent.ESTOP:
                 self.press_estop(f"key {key!r}")
                 events.add(event)
@@ -225,8 +312,13 @@ class Operator:
                 events.add(event)
             elif key == "h":
                 print(HELP, flush=True)
-            elif self.driver is not None:
+            elif self.driver is not None and key:
                 self.driver.key(key)
+        if held is not None and held != self.intervening:  # hold-to-intervene: letting go hands back
+            self.intervening = held
+            if held and self.arm is not None:
+                self.driver.start(self.arm)
+            events.add(TeleopEvent.INTERVENTION_ON if held else TeleopEvent.INTERVENTION_OFF)
         self._events |= events
         return events
 
@@ -362,6 +454,8 @@ def make_operator(config, env) -> Operator | ScriptedPerson:
         return ScriptedPerson(config, env.scene)
     if isinstance(config, KeyboardTeleopConfig):
         return Operator(config, KeyboardDriver(config))
+    if isinstance(config, GamepadTeleopConfig):
+        return Operator(config, GamepadDriver(config))
     if isinstance(config, LeaderTeleopConfig):
         return Operator(config, LeaderDriver(LerobotTeleop(config, list(env.joints))))
     raise ValueError(f"teleop={config.name} is not a person at the robot")

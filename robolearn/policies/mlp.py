@@ -31,6 +31,8 @@ class MLPPolicyConfig:
     log_std_min: float = -5.0
     log_std_max: float = 2.0
     image_feature_dim: int = 50    # per camera, when the task has cameras (policies.encoders.ImageEncoder)
+    use_cameras: bool = True       # false: act on the state alone, cameras or not (they may be there for a
+                                   # success classifier, task.reward=classifier)
     discrete_gripper: bool = False  # the last action dim is a gripper chosen by a Q-head: close / stay / open
     gripper_epsilon: float = 0.1    # exploring actors pick a random gripper command this often
 
@@ -155,7 +157,8 @@ class GaussianChunkPolicy(nn.Module):
         self.continuous_dim = self.action_dim - 1 if config.discrete_gripper else self.action_dim
         out = self.horizon * self.continuous_dim
         self.normalise = ObsNormaliser(obs_spec)
-        self.encoder = ImageEncoder(obs_spec, config.image_feature_dim) if image_keys(obs_spec) else None
+        cameras = image_keys(obs_spec) and config.use_cameras
+        self.encoder = ImageEncoder(obs_spec, config.image_feature_dim) if cameras else None
         self.feature_dim = self.obs_dim + (self.encoder.out_dim if self.encoder is not None else 0)
         self.trunk = mlp([self.feature_dim, *config.hidden_dims])
         self.gaussian = nn.Linear(config.hidden_dims[-1], 2 * out)  # the mean, then the log std before squashing

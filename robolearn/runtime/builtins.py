@@ -15,6 +15,7 @@ def register_builtins() -> None:
     from robolearn.hardware.gym_adapter import GymTaskConfig, GymTaskEnv
     from robolearn.hardware.lerobot_robot import LerobotRobot, LerobotRobotConfig
     from robolearn.hardware.operator import (
+        GamepadTeleopConfig,
         KeyboardTeleopConfig,
         LeaderTeleopConfig,
         NoTeleopConfig,
@@ -44,6 +45,7 @@ def register_builtins() -> None:
         ("robot", "so101", LerobotRobotConfig, LerobotRobot),
         ("teleop", "none", NoTeleopConfig, None),
         ("teleop", "keyboard", KeyboardTeleopConfig, make_operator),
+        ("teleop", "gamepad", GamepadTeleopConfig, make_operator),
         ("teleop", "so101_leader", LeaderTeleopConfig, make_operator),
         ("teleop", "scripted", ScriptedPersonConfig, make_operator),
         ("policy", "mlp", MLPPolicyConfig, make_policy),
