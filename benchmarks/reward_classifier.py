@@ -75,9 +75,9 @@ def main() -> None:
         held = report["held_out"]
         print(f"held-out frames: {held['frames']}\nheld-out episodes: {held['episodes']}", flush=True)
         # the policy acts on the state in both (policy.use_cameras=false): only the reward differs
-        arms = {"sim_reward": [*TWIN], "classifier": [*TWIN, *CAMERA, "policy.use_cameras=false",
-                                                       "task.reward=classifier", f"task.classifier={work / 'classifier'}",
-                                                       "teleop.labels=false"]}
+        classifier = [*CAMERA, "policy.use_cameras=false", "task.reward=classifier",
+                      f"task.classifier={work / 'classifier'}", "teleop.labels=false"]
+        arms = {"sim_reward": [*TWIN], "classifier": [*TWIN, *classifier]}
         for arm in arms:  # the same 20 demos for both, with the observation each arm has
             extra = CAMERA if arm == "classifier" else []
             robolearn(["record", *TWIN, *extra, "episodes=20", "seed=60000", f"out={work / f'demos-{arm}'}"], work,
