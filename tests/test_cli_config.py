@@ -105,3 +105,13 @@ def test_help_is_written_for_users():
     assert r.returncode == 0
     assert "usage: robolearn <command>" in r.stdout and "robolearn run task=reach" in r.stdout
     assert "hydra has no subcommands" not in r.stdout.lower()
+
+
+def test_dict_options_take_new_keys_the_way_the_readme_says():
+    from robolearn.config import compose
+
+    gym = validate(compose(overrides=["task=gym", "+task.kwargs.max_episode_steps=50"]))
+    assert gym.task.kwargs == {"max_episode_steps": 50}
+    real = validate(compose(overrides=["task=real", "teleop=scripted", "+task.reset.poses.mine=[0,-30,40,50,0,20]",
+                                       "task.reset.pose=mine"]))
+    assert real.task.reset.poses["mine"] == [0, -30, 40, 50, 0, 20]

@@ -111,3 +111,12 @@ def test_disconnect_leaves_the_arm_limp_or_holding_as_configured(servos, tmp_pat
     assert all(servos.mem[i][ADDR_TORQUE] == 1 for i in range(1, 7))
     robot.disconnect()
     assert all(servos.mem[i][ADDR_TORQUE] == torque_after for i in range(1, 7))
+
+
+def test_robot_cameras_are_lerobot_opencv_cameras_in_the_observation_spec(tmp_path):
+    robot = LerobotRobot(LerobotRobotConfig(port="/dev/fake-ttyACM0", calibration_dir=str(tmp_path), cameras={
+        "wrist": {"index_or_path": 0, "width": 64, "height": 48, "fps": 30}}))
+    spec = robot.observation_spec.arrays["wrist"]
+    assert spec.shape == (48, 64, 3) and spec.dtype == "uint8" and not robot.is_connected
+    with pytest.raises(ValueError, match="robot.cameras"):
+        LerobotRobot(LerobotRobotConfig(port="/dev/fake-ttyACM0", cameras={"wrist": {"no_such_field": 1}}))

@@ -15,8 +15,9 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -36,6 +37,8 @@ class LerobotRobotConfig:
     control_hz: float = 25.0
     on_disconnect: str = "torque_off"   # torque_off: the motors go limp (lerobot's default) | hold: they keep
                                         # holding the last command while powered (an arm that would fall)
+    cameras: dict[str, Any] = field(default_factory=dict)   # name -> lerobot OpenCVCameraConfig fields, e.g.
+                                        # {wrist: {index_or_path: /dev/video0, width: 640, height: 480, fps: 30}}
 
     def __post_init__(self) -> None:
         if self.on_disconnect not in ("torque_off", "hold"):
@@ -73,6 +76,15 @@ def make_lerobot_robot(config: LerobotRobotConfig):
     kwargs = {"port": config.port, "id": config.id}
     if config.calibration_dir:
         kwargs["calibration_dir"] = Path(config.calibration_dir)
+    if config.cameras:
+        from lerobot.cameras.opencv.configuration_opencv import OpenCVCameraConfig
+
+        if "cameras" not in cfg_cls.__dataclass_fields__:
+            raise ValueError(f"robot.cameras: lerobot's {config.type} takes no cameras")
+        try:
+            kwargs["cameras"] = {name: OpenCVCameraConfig(**spec) for name, spec in config.cameras.items()}
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"robot.cameras: {exc}") from None
     if "disable_torque_on_disconnect" in cfg_cls.__dataclass_fields__:
         kwargs["disable_torque_on_disconnect"] = config.on_disconnect == "torque_off"
     elif config.on_disconnect == "hold":
