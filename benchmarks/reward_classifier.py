@@ -13,8 +13,11 @@ with it against the same run rewarded by the sim's own (hidden) success.
    ``task.scene_state=true``), the same SAC/RLPD settings, the same 20 expert demos and the same env-step budget:
      sim_reward   the scripted person says success the tick the hidden sim success holds (reward 1, terminal)
      classifier   ``task.reward=classifier`` with the wrist camera; the scripted person only says "ready"
-                  (``teleop.labels=false``): the classifier alone ends episodes and rewards them; its policy acts on the
-                  state alone too (``policy.use_cameras=false``), so only the reward differs
+                  (``teleop.labels=false``): the classifier alone ends episodes and rewards them, in its demos too (the
+                  expert drives, the classifier judges); its policy acts on the state alone too
+                  (``policy.use_cameras=false``), so only the reward differs. Reported per run: the share of
+                  the episodes the classifier ended that the hidden sim success confirms (its precision where it
+                  counts, on the policy's own episodes)
    Each run's checkpoint is then evaluated by ``robolearn eval`` on 100 fresh seeds, deterministically, judged by
    the sim's own success (never by the classifier). Goal ``classifier_reward_success_ratio``: median success of
    the classifier runs over the median of the sim-reward runs.
@@ -78,9 +81,8 @@ def main() -> None:
         classifier = [*CAMERA, "policy.use_cameras=false", "task.reward=classifier",
                       f"task.classifier={work / 'classifier'}", "teleop.labels=false"]
         arms = {"sim_reward": [*TWIN], "classifier": [*TWIN, *classifier]}
-        for arm in arms:  # the same 20 demos for both, with the observation each arm has
-            extra = CAMERA if arm == "classifier" else []
-            robolearn(["record", *TWIN, *extra, "episodes=20", "seed=60000", f"out={work / f'demos-{arm}'}"], work,
+        for arm in arms:  # the same 20 expert episodes for both, with each arm's observation and reward source
+            robolearn(["record", *arms[arm], "episodes=20", "seed=60000", f"out={work / f'demos-{arm}'}"], work,
                       f"record demos ({arm})")
         runs: dict[str, list[dict]] = {arm: [] for arm in arms}
         for seed in args.seeds:
@@ -94,11 +96,18 @@ def main() -> None:
                 summary = json.loads((run_dir / "summary.json").read_text())
                 actor = json.loads((run_dir / "status" / "actor-0.json").read_text())
                 success = evaluate(run_dir, work, args.eval_episodes, seed=880000 + 1000 * seed)
+                if summary["env_steps"] < args.env_steps:
+                    print(f"  {name} stopped at {summary['env_steps']} env steps, short of {args.env_steps}",
+                          flush=True)
+                task_counts = actor["task"]
+                ended = task_counts["classifier_successes"]
                 runs[arm].append({"seed": seed, "eval_success": success, "env_steps": summary["env_steps"],
+                                  "classifier_successes_confirmed_by_sim": (
+                                      task_counts["classifier_successes_sim_agrees"] / ended if ended else None),
                                   "wall_minutes": round(summary["wall_minutes"], 2),
                                   "training_success_last_50": summary["success_rate_last_50"],
-                                  "labels_by_person": actor["task"]["labels"],
-                                  "episodes_ended_by_classifier": actor["task"]["classifier_successes"]})
+                                  "labels_by_person": task_counts["labels"],
+                                  "episodes_ended_by_classifier": ended})
                 print(f"  {name}: eval success {success:.0%} ({summary['env_steps']} env steps)", flush=True)
     medians = {arm: statistics.median(r["eval_success"] for r in rs) for arm, rs in runs.items()}
     ratio = round(medians["classifier"] / medians["sim_reward"], 3) if medians["sim_reward"] else None

@@ -41,7 +41,7 @@ commands:
 
 config groups (pick one with group=option, override any key with group.key=value):
   task     reach, push_cube, pick_cube, pick_cube_color, gym (task.env_id=...), real (a person: teleop=...)
-  teleop   none, keyboard, so101_leader, scripted (the sim twin's stand-in)
+  teleop   none, keyboard, gamepad, so101_leader, scripted (the sim twin's stand-in)
   robot    sim_so101, so101          policy   mlp, flow_chunk          algo   sac, habc, hiors
   learner  the update schedule (learner.utd_ratio, learner.batch_size, ...)
   actor    how robots are driven (actor.chunking.mode, actor.inference_delay_ticks, actor.human, ...)
@@ -100,14 +100,17 @@ def _prepare_run(cfg: DictConfig) -> tuple[RunConfig, RunDir]:
 
 
 def _name_the_terminal(cfg: RunConfig) -> None:
-    """``teleop.tty=auto``: the person's keys come from the terminal ``robolearn run`` runs in. Named here, before
-    the config is written, because the actor runs in a session of its own and opens it by its name."""
+    """``teleop.tty=auto``: the person's keys come from the terminal ``robolearn run`` runs in. The actor runs in a
+    session of its own, so it is named for the workers in ``$ROBOLEARN_PERSON_TTY`` (each start names its own:
+    the config keeps ``auto``, so a resume in another terminal reads that one)."""
+    from robolearn.hardware.operator import PERSON_TTY
+
     if getattr(cfg.teleop, "tty", None) != "auto":
         return
     if not sys.stdin.isatty():
         _fail(f"teleop={cfg.teleop.name} reads the person's keys from a terminal, and robolearn run is not in one; "
               "run it in a terminal (ssh -t over SSH) or name one with teleop.tty=/dev/pts/N")
-    cfg.teleop.tty = os.ttyname(sys.stdin.fileno())
+    os.environ[PERSON_TTY] = os.ttyname(sys.stdin.fileno())
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
@@ -115,7 +118,9 @@ def _run(cfg: DictConfig) -> None:
     run_cfg, run = _prepare_run(cfg)
     terminal = getattr(run_cfg.teleop, "tty", None)
     if terminal:
-        from robolearn.hardware.operator import HELP, TIP_HELP
+        from robolearn.hardware.operator import HELP, TIP_HELP, person_terminal
+
+        terminal = person_terminal(terminal)
 
         print(f"[robolearn] the person's keys are read from {terminal}: {HELP}"
               + (f"; {TIP_HELP}" if run_cfg.teleop.name == "keyboard" else ""), flush=True)
@@ -156,7 +161,7 @@ def _eval(cfg: DictConfig) -> None:
         _fail("eval needs the run to evaluate: robolearn eval run_dir=runs/<name>")
     try:
         result = evaluate(Path(cfg.run_dir), episodes=cfg.episodes, seed=cfg.seed, deterministic=cfg.deterministic)
-    except (FileNotFoundError, ConfigError) as exc:
+    except (FileNotFoundError, ValueError) as exc:  # ConfigError is a ValueError
         _fail(str(exc))
     print(f"success rate {result['success_rate']:.0%} over {result['episodes']} episodes "
           f"(mean return {result['mean_return']:.2f}, policy v{result['policy_version']})")

@@ -221,7 +221,7 @@ def _check_teleop(cfg: RunConfig) -> None:
     real = cfg.task.name == "real"
     if real and cfg.teleop.name == "none":
         raise ConfigError("config error at 'teleop': task=real takes its rewards and resets from a person; choose "
-                          "teleop=keyboard or teleop=so101_leader (teleop=scripted on the sim twin)")
+                          "teleop=keyboard, gamepad or so101_leader (teleop=scripted on the sim twin)")
     if not real and cfg.teleop.name != "none":
         raise ConfigError(f"config error at 'teleop': teleop={cfg.teleop.name} is the person of task=real; the sim "
                           f"task {cfg.task.name} takes its rewards from the simulator (its scripted human: "
@@ -231,6 +231,13 @@ def _check_teleop(cfg: RunConfig) -> None:
                           "which would override the classifier; set teleop.labels=false with task.reward=classifier")
     if real and cfg.actor.human != "none":
         raise ConfigError("config error at 'actor.human': task=real has its person in teleop=...; set actor.human=none")
+    person = real and cfg.teleop.name != "scripted"  # a person at a terminal and a device
+    if person and cfg.runtime.total_actors != 1:
+        raise ConfigError(f"config error at 'runtime.num_actors': teleop={cfg.teleop.name} is one person at one "
+                          "terminal, so it drives one robot; set runtime.num_actors=1 (and no remote_actors)")
+    if person and not cfg.actor.realtime:
+        raise ConfigError(f"config error at 'actor.realtime': teleop={cfg.teleop.name} is a person, who acts in wall "
+                          "time; set actor.realtime=true")
     if real and cfg.robot.name != "sim_so101" and not cfg.actor.realtime:
         raise ConfigError(f"config error at 'actor.realtime': robot={cfg.robot.name} is hardware and runs in wall "
                           "time; set actor.realtime=true")

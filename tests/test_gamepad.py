@@ -64,7 +64,7 @@ def test_the_reader_keeps_held_buttons_and_scaled_axes(tmp_path):
 def test_hold_to_take_over_drives_the_tip_and_the_buttons_label_and_stop(tmp_path):
     dev = FakeDevice(tmp_path)
     config = GamepadTeleopConfig(device=dev.path, tip_speed=0.1)
-    keys = ScriptedKeys()
+    keys = ScriptedKeys(auto_ready=True)
     operator = Operator(config, GamepadDriver(config, reader=dev.reader), keys=keys)
     env = RealTaskEnv(RealTaskConfig())
     env.robot.connect()
@@ -72,9 +72,9 @@ def test_hold_to_take_over_drives_the_tip_and_the_buttons_label_and_stop(tmp_pat
                              watch_time=False)
     operator.estop = env.robot.estop
     env.attach_operator(operator)
+    keys.env = env
     try:
-        dev.button("start", True)  # ready
-        env.reset(seed=0)
+        env.reset(seed=0)  # ready from the terminal
         tip0 = env.tip_position(env.commanded())
         assert not operator.read().intervening
         dev.button("tr", True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pty
 import signal
+import termios
 import time
 from pathlib import Path
 
@@ -72,6 +73,7 @@ def test_a_real_robot_run_on_fake_buses_with_a_scripted_person(tmp_path):
     leader = PtyServos(FakeServos(list(range(1, 7))))
     keys_master, keys_slave = pty.openpty()
     keys_path = os.ttyname(keys_slave)
+    mode_before = termios.tcgetattr(keys_slave)[3]
     calibration = tmp_path / "calibration"
     _calibrate(calibration)
     name = "real-e2e"
@@ -132,10 +134,12 @@ def test_a_real_robot_run_on_fake_buses_with_a_scripted_person(tmp_path):
     finally:
         proc.send_signal(signal.SIGINT)
         out = proc.communicate(timeout=90)[0]
+        mode_after = termios.tcgetattr(keys_slave)[3]
         for servos in (follower, leader):
             servos.close()
         os.close(keys_master)
         os.close(keys_slave)
+    assert mode_after == mode_before  # the person's terminal edits lines and echoes again
     assert proc.returncode == 0, out[-3000:]
     assert status["task"]["labels"] == {"success": 1, "failure": 1}, status["task"]
 

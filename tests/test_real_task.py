@@ -42,7 +42,7 @@ def twin(tmp_path: Path, operator=None, **task_kwargs) -> tuple[RealTaskEnv, Rec
     recorder = Recorder(env.robot)
     env.robot = GuardedRobot(recorder, SafetyConfig(), EStop(tmp_path / "estop" / "arm.json"), env.control_hz,
                              watch_time=False)
-    keys = operator._keys_reader if operator is not None else ScriptedKeys()
+    keys = operator._keys_reader if operator is not None else ScriptedKeys(auto_ready=True)
     keys.env = env
     operator = operator or Operator(PersonConfig(name="test"), None, keys=keys)
     operator.estop = env.robot.estop
@@ -82,33 +82,72 @@ def test_parse_keys_names_arrows_and_drops_unknown_sequences():
 
 
 def test_reset_moves_to_the_pose_at_the_bounded_speed_then_waits_for_ready(tmp_path):
-    env, rec, operator, keys = twin(tmp_path, reset=ResetConfig(pose="tucked", max_speed=40.0, ready_timeout_s=30.0))
-    keys.press("enter")  # pressed while the arm moves: the episode starts as soon as the move ends
-    t0 = time.monotonic()
+    env, rec, operator, keys = twin(tmp_path, reset=ResetConfig(pose="tucked", max_speed=40.0))
+    assert env.task.reset.ready_timeout_s == 0  # by default it waits for the person, however long
+    keys.press_on_prompt("press Enter", "enter")
     env.reset(seed=1)
-    assert time.monotonic() - t0 < 10 and env.counts.ready_timeouts == 0
     pose = np.array(env.task.reset.poses["tucked"], np.float32)
     np.testing.assert_allclose(env.commanded(), pose, atol=1e-3)
     moves = per_tick_change(rec.sent)
     assert moves.max() <= 40.0 / env.control_hz + 1e-4  # never faster than task.reset.max_speed
     assert len(rec.sent) >= 60 / (40.0 / env.control_hz)  # a line of many ticks, not a jump (60 deg away)
+    assert env.counts.ready_timeouts == 0 and env.counts.resets_short_of_the_pose == 0
 
 
-def test_the_episode_starts_on_ready_and_the_wait_has_a_timeout(tmp_path):
-    env, rec, operator, keys = twin(tmp_path, reset=ResetConfig(ready_timeout_s=0.3))
+def test_only_a_ready_after_the_move_counts_and_the_wait_has_a_timeout(tmp_path):
+    env, rec, operator, keys = twin(tmp_path, reset=ResetConfig(pose="tucked", ready_timeout_s=0.3))
+    keys.auto_ready = False
+    operator.poll()
+    keys.press("enter")  # pressed during the last episode: stale
+    for _ in range(5):
+        keys.press()
+    keys.press("enter")  # pressed while the arm still moves: not "the scene is set up"
     t0 = time.monotonic()
     env.reset(seed=0)
-    assert 0.3 <= time.monotonic() - t0 < 3.0 and env.counts.ready_timeouts == 1
-    for _ in range(40):
-        keys.press()
-    keys.press("enter")
-    t0 = time.monotonic()
+    assert 0.3 <= time.monotonic() - t0 < 3.0 and env.counts.ready_timeouts == 1  # both ignored: it timed out
     env.task.reset.ready_timeout_s = 0.0  # wait until it comes
+    keys.press_on_prompt("press Enter", "enter")
     env.reset(seed=1)
     assert env.counts.ready_timeouts == 1  # ready came, no second timeout
-    env.keep_waiting = lambda: False  # the run stops: the wait ends at once
-    env.task.reset.ready_timeout_s = 0.0
+    env.keep_waiting = lambda: False  # the run stops (or the e-stop latches): the wait ends at once
+    t0 = time.monotonic()
     env.reset(seed=2)
+    assert time.monotonic() - t0 < 1.0 and env.counts.ready_timeouts == 1
+
+
+def test_a_reset_by_teleop_starts_from_where_the_arm_is(tmp_path):
+    """The person drove the tip 5 cm in an earlier takeover; a reset by teleop must not head back there."""
+    keys = ScriptedKeys()
+    operator = Operator(KeyboardTeleopConfig(), KeyboardDriver(KeyboardTeleopConfig(step_m=0.01)), keys=keys)
+    env, rec, _, _ = twin(tmp_path, operator=operator, reset=ResetConfig(by_teleop=True))
+    keys.press_on_prompt("by teleop", "enter")
+    keys.press_on_prompt("press Enter (ready)", "enter")
+    env.reset(seed=0)
+    keys.press("space")
+    for key in ["s"] * 5:
+        keys.press(key)
+        env.step(operator.read().action)
+    keys.press("space")
+    operator.read()  # hands back: the policy's episode goes on
+    keys.press("w", "w", "w")  # keys while the policy drives move nothing, now or later
+    operator.read()
+    before = len(rec.sent)
+    keys.press_on_prompt("press Enter (ready)", "enter")
+
+    def person_stops_after(n: int):
+        calls = {"n": 0}
+
+        def keep() -> bool:
+            calls["n"] += 1
+            if calls["n"] == n:  # after n beats of the reset by teleop, the person presses Enter
+                keys.press("enter")
+            return True
+        return keep
+    env.keep_waiting = person_stops_after(20)
+    start = env.commanded()
+    env.reset(seed=1)
+    during = np.stack(rec.sent[before:before + 18])
+    np.testing.assert_allclose(during, np.tile(start, (len(during), 1)), atol=1e-4)  # held still by teleop
 
 
 def test_labels_end_the_episode_and_only_the_label_rewards(tmp_path):
@@ -169,7 +208,7 @@ def test_takeover_and_hand_back_are_bumpless(tmp_path):
     from robolearn.policies.mlp import MLPPolicyConfig, make_policy
 
     leader = FixedLeader([60.0, -40.0, 30.0, 20.0, 0.0, 90.0])
-    keys = ScriptedKeys()
+    keys = ScriptedKeys(auto_ready=True)
     config = PersonConfig(name="test", max_speed=45.0, max_gripper_speed=100.0)
     operator = Operator(config, leader, keys=keys)
     env, rec, _, _ = twin(tmp_path, operator=operator, episode_s=4.0)
@@ -210,7 +249,7 @@ def test_takeover_and_hand_back_are_bumpless(tmp_path):
 
 
 def test_the_keyboard_moves_the_tip_through_inverse_kinematics(tmp_path):
-    keys = ScriptedKeys()
+    keys = ScriptedKeys(auto_ready=True)
     operator = Operator(KeyboardTeleopConfig(), KeyboardDriver(KeyboardTeleopConfig(step_m=0.01)), keys=keys)
     env, rec, _, _ = twin(tmp_path, operator=operator)
     keys.press("enter")
@@ -280,7 +319,24 @@ def test_the_scripted_person_labels_the_hidden_success(tmp_path):
     (["task=real", "teleop=scripted", "task.reward=classifier"], "needs task.classifier=FOLDER"),
     (["task=real", "teleop=scripted", "task.reset.pose=nowhere"], "nowhere"),
     (["task=real", "teleop=scripted", "actor.human=scripted"], "actor.human=none"),
+    (["task=real", "teleop=keyboard"], "actor.realtime=true"),  # a person acts in wall time, on the twin too
+    (["task=real", "teleop=keyboard", "actor.realtime=true", "runtime.num_actors=2"], "one person"),
+    (["task=real", "teleop=scripted", "task.reset.pose=tucked", "task.workspace_low=[-0.1,-0.35,0.1]"],
+     "outside the workspace"),
 ])
 def test_config_refusals_name_the_key(overrides, match):
+    from robolearn.config import check_buildable
+
     with pytest.raises(ConfigError, match=match):
-        validate(compose(overrides=overrides))
+        check_buildable(validate(compose(overrides=overrides)))
+
+
+def test_a_classifier_reward_refuses_a_scripted_person_who_labels(tmp_path):
+    from tests.test_reward_classifier import tiny_classifier
+
+    folder = tiny_classifier(tmp_path)
+    base = ["task=real", "teleop=scripted", "task.reward=classifier", f"task.classifier={folder}",
+            "task.cameras=[wrist]", "task.camera_size=32"]
+    with pytest.raises(ConfigError, match="teleop.labels=false"):
+        validate(compose(overrides=base))
+    assert validate(compose(overrides=[*base, "teleop.labels=false"])).teleop.labels is False

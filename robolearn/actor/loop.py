@@ -108,13 +108,15 @@ class Actor:
             if self.guard.estop.latched:
                 print(f"[{self.name}] the e-stop is latched: {self.robot_id} holds until a person re-arms it "
                       f"(robolearn rearm {self.run.root})", file=sys.stderr, flush=True)
-            self.operator = self._operator()  # the person's devices too open only once the lease is held
             try:
+                self.operator = self._operator()  # the person's devices too open only once the lease is held
                 self._act()
             finally:
-                if self.operator is not None:
-                    self.operator.disconnect()
-                self.env.close()  # disconnects the robot before the lease is released
+                try:
+                    if self.operator is not None:
+                        self.operator.disconnect()
+                finally:
+                    self.env.close()  # disconnects the robot before the lease is released
         finally:
             self.lease.close()
 

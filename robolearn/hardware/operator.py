@@ -8,7 +8,7 @@ and, while they take over, the robot's command. ``Operator`` reads their keys fr
 - the loop's ``Intervener`` (``actor.episode.TickDriver``): while they take over, ``read()`` returns the task
   action that moves the command toward their target (leader arm: its joint positions; keyboard: a gripper
   tip target solved through the arm's inverse kinematics), and
-- the task's reward source and reset partner (``hardware.real_task``): ``take_label()``, ``take_ready()``.
+- the task's reward source and reset partner (``tasks/real.py``): ``take_label()``, ``take_ready()``.
 
 **Bumpless.** Whoever drives, the command moves from where the arm is told to be toward the person's target
 by at most ``max_speed`` / ``control_hz`` per tick (``max_gripper_speed`` for the gripper): taking over
@@ -28,6 +28,7 @@ e-stop. ``teleop=keyboard`` moves the tip target by ``step_m`` per key while tak
 
 from __future__ import annotations
 
+import os
 import sys
 from collections import deque
 from collections.abc import Callable
@@ -103,7 +104,7 @@ class LeaderTeleopConfig(PersonConfig, LerobotTeleopConfig):
     """``teleop=so101_leader`` (or any lerobot teleoperator type): the device gives joint targets."""
 
     name: str = "so101_leader"
-    always_intervening: bool = False   # the leader drives only while the person has taken over (space)
+    always_intervening: bool = False   # not used here: the leader drives only while the person has taken over (space)
 
 
 @dataclass
@@ -114,7 +115,7 @@ class NoTeleopConfig:
 
 
 class Arm(Protocol):
-    """What the person's commands are made against: the task on the robot (``hardware.real_task``)."""
+    """What the person's commands are made against: the task on the robot (``tasks/real.py``)."""
 
     control_hz: float
 
@@ -126,6 +127,9 @@ class Arm(Protocol):
 
     def tip_position(self, joints: np.ndarray) -> np.ndarray:
         """Forward kinematics: the gripper tip (m, base frame) at ``joints``."""
+
+    def clip_tip(self, tip: np.ndarray) -> np.ndarray:
+        """``tip`` inside the task's workspace box."""
 
     def joints_for_tip(self, tip: np.ndarray, joints: np.ndarray) -> np.ndarray:
         """Inverse kinematics from ``joints``: arm joints that put the tip at ``tip`` (gripper unchanged)."""
@@ -188,6 +192,7 @@ class KeyboardDriver:
             if key in TIP_KEYS:
                 axis, sign = TIP_KEYS[key]
                 self._tip[axis] += sign * self.config.step_m
+                self._tip = arm.clip_tip(self._tip)  # no wind-up past the workspace's edge
             elif key in ("o", "c"):
                 self._gripper = float(np.clip(self._gripper + (1 if key == "o" else -1) * self.config.gripper_step,
                                               0.0, 100.0))
@@ -197,10 +202,12 @@ class KeyboardDriver:
         return joints, set()
 
 
+# pads disagree on which of north / west their X is (xpad reports X as BTN_NORTH): both re-record
 GAMEPAD_BUTTONS = {"south": TeleopEvent.SUCCESS, "east": TeleopEvent.FAILURE, "west": TeleopEvent.RERECORD,
-                   "start": TeleopEvent.READY, "select": TeleopEvent.ESTOP, "mode": TeleopEvent.ESTOP}
+                   "north": TeleopEvent.RERECORD, "start": TeleopEvent.READY, "select": TeleopEvent.ESTOP,
+                   "mode": TeleopEvent.ESTOP}
 GAMEPAD_HELP = ("gamepad: hold the right shoulder to take over (let go: the policy again) | left stick x/y, right "
-                "stick up/down | right / left trigger close / open | A success | B failure | X re-record | "
+                "stick up/down | right / left trigger close / open | A success | B failure | X or Y re-record | "
                 "Start ready | Select or the centre button E-STOP")
 
 
@@ -245,9 +252,24 @@ class GamepadDriver:
         if kb._tip is None:
             kb.start(arm)
         step = self.config.tip_speed * dt  # stick up (negative y) is forward (+x), stick left is +y
-        kb._tip += np.array([-stick("y"), -stick("x"), -stick("ry")]) * step
+        kb._tip = arm.clip_tip(kb._tip + np.array([-stick("y"), -stick("x"), -stick("ry")]) * step)
         kb._gripper = float(np.clip(kb._gripper + (axes["z"] - axes["rz"]) * self.config.gripper_rate * dt, 0, 100))
         return kb.target(arm)
+
+
+PERSON_TTY = "ROBOLEARN_PERSON_TTY"  # set by robolearn run / join: the terminal they run in (teleop.tty=auto)
+
+
+def person_terminal(tty: str) -> str:
+    """The terminal the person's keys come from: ``teleop.tty``, or for ``auto`` the one ``robolearn run`` (or
+    ``join``) was started in, which it names in ``$ROBOLEARN_PERSON_TTY`` for its workers (they have none)."""
+    if tty != "auto":
+        return tty
+    named = os.environ.get(PERSON_TTY)
+    if not named:
+        raise OSError("teleop.tty=auto: this process was not started by robolearn run or join in a terminal; name the "
+                      "person's terminal with teleop.tty=/dev/pts/N")
+    return named
 
 
 class Operator:
@@ -264,6 +286,7 @@ class Operator:
         self.estop: EStop | None = None    # set by the actor: the e-stop key presses it
         self.prompt = ""                   # what the run waits for from the person, for the status and console
         self.intervening = False
+        self._resetting = False            # the person drives during a reset by teleop
         self._labels: deque[TeleopEvent] = deque()
         self._ready = False
         self._events: set[TeleopEvent] = set()
@@ -271,7 +294,7 @@ class Operator:
     # --- connection (the actor's, after its lease)
     def connect(self) -> None:
         if self._keys_reader is None:
-            self._terminal = TerminalKeys(self.config.tty)
+            self._terminal = TerminalKeys(person_terminal(self.config.tty))
             self._keys_reader = self._terminal.read
         if hasattr(self.driver, "connect"):
             self.driver.connect()
@@ -300,6 +323,8 @@ class Operator:
                 self.press_estop(f"key {key!r}")
                 events.add(event)
             elif event == TeleopEvent.INTERVENTION_ON:
+                if hasattr(self.driver, "poll"):  # a gamepad: its shoulder button is held to take over
+                    continue
                 self.intervening = not self.intervening
                 if self.intervening and self.driver is not None and self.arm is not None:
                     self.driver.start(self.arm)
@@ -312,8 +337,8 @@ class Operator:
                 events.add(event)
             elif key == "h":
                 print(HELP, flush=True)
-            elif self.driver is not None and key:
-                self.driver.key(key)
+            elif self.driver is not None and key and (self.intervening or self._resetting):
+                self.driver.key(key)  # moves while the person drives; pressed while they do not, nothing
         if held is not None and held != self.intervening:  # hold-to-intervene: letting go hands back
             self.intervening = held
             if held and self.arm is not None:
@@ -339,10 +364,20 @@ class Operator:
         return ready
 
     def drop_pending(self) -> None:
-        """At an episode's start: labels and "ready" pressed during the reset belong to no episode."""
+        """Labels and "ready" pressed before now belong to nothing: read and dropped (a reset's start, the start of
+        the wait for ready, an episode's start)."""
         self.poll()
         self._labels.clear()
         self._ready = False
+
+    def begin_drive(self) -> None:
+        """A reset by teleop: the person drives from where the arm is now."""
+        self._resetting = True
+        if self.driver is not None and self.arm is not None:
+            self.driver.start(self.arm)
+
+    def end_drive(self) -> None:
+        self._resetting = False
 
     def drive_target(self) -> np.ndarray | None:
         """The person's joint target now, bounded to one tick's move from the command (None: no device)."""
@@ -433,6 +468,12 @@ class ScriptedPerson:
     def drop_pending(self) -> None:
         self._seen = 0
 
+    def begin_drive(self) -> None:
+        """It never drives."""
+
+    def end_drive(self) -> None:
+        """It never drove."""
+
     def drive_target(self) -> np.ndarray | None:
         return None
 
@@ -447,7 +488,7 @@ class ScriptedPerson:
 
 
 def make_operator(config, env) -> Operator | ScriptedPerson:
-    """The person of ``teleop=...`` for the task ``env`` (a ``hardware.real_task.RealTaskEnv``)."""
+    """The person of ``teleop=...`` for the task ``env`` (``tasks/real.py``'s ``RealTaskEnv``)."""
     if isinstance(config, ScriptedPersonConfig):
         if getattr(env, "scene", None) is None:
             raise ValueError("teleop=scripted judges the sim twin's scene; it needs robot=sim_so101")

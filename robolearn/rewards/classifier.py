@@ -86,9 +86,13 @@ class SuccessClassifier(nn.Module):
                 raise ValueError(f"the success classifier was trained on {cam} images of shape "
                                  f"{tuple(self.spec.image_shape)}, the task gives {tuple(have.shape)} "
                                  "(task.camera_size)")
-        if self.spec.state_dim and obs_spec.arrays["state"].shape != (self.spec.state_dim,):
+        state = obs_spec.arrays["state"]
+        if self.spec.state_dim and state.shape != (self.spec.state_dim,):
             raise ValueError(f"the success classifier takes a state of {self.spec.state_dim} values, the task's has "
-                             f"{obs_spec.arrays['state'].shape[0]}")
+                             f"{state.shape[0]}")
+        if self.spec.state_dim and self.spec.state_names and state.names and state.names != self.spec.state_names:
+            raise ValueError(f"the success classifier's state is {list(self.spec.state_names)}, the task's "
+                             f"{list(state.names)}")
 
 
 def save_classifier(model: SuccessClassifier, folder: Path, report: dict[str, Any]) -> None:

@@ -7,18 +7,21 @@ One episode:
               the arm moves to the named pose ``task.reset.pose`` along a straight joint-space line at
               ``task.reset.max_speed`` (every command through the actor's safety guard, paced at the
               control rate), then holds while the person sets the scene up, until they press Enter
-              ("ready"), or ``task.reset.ready_timeout_s`` passes (then it starts, and says so; 0: wait)
+              ("ready": only an Enter after the move counts), or ``task.reset.ready_timeout_s`` passes (then it
+              starts, and says so; 0, the default: it waits)
     ticks     action = a bounded joint-position change of the command (the sim tasks' action units, so a
               policy moves between them), clipped to the task's joint limits (``task.joint_low/high``),
               and held where it would take the gripper tip out of the box ``task.workspace_low/high``
               (forward kinematics of the arm's model, ``task.kinematics``)
     ends      the person's label: success (reward ``success_bonus``, terminated), failure or re-record
-              (truncated, reward 0; a re-recorded episode's steps are kept, flagged ``rerecord`` in the
-              step info and counted), or the time limit ``task.episode_s`` (truncated)
+              (truncated, reward 0; a re-recorded episode's steps are kept: in the buffer they look like a
+              failure's, the re-record is in the step's info and the task's counts only), or the time
+              limit ``task.episode_s`` (truncated)
 
 Rewards: ``reward=human``, the person's labels; ``reward=classifier``, a learned success classifier
-(``rewards.classifier``) on the observation after each step: ``P(success) >= threshold`` ends the episode as a
-success, unless the person labelled that step (their label wins; they end a false success early with ``n``).
+(``rewards.classifier``) on the observation after each step: ``P(success) >= threshold`` for
+``classifier_confirm_ticks`` ticks in a row ends the episode as a success, unless the person labelled one of those
+steps (their label wins; with 1, the default, a false success ends the episode before anyone can veto it).
 Observation ``state``: the robot's joint positions and velocities, then the tip position (m) from the arm's
 kinematics, as the real arm computes it from its encoders; the cameras ``task.cameras`` as images (the
 robot's cameras, or the twin's rendered ones). On the twin the scene (``task.twin``: its objects, its
@@ -60,7 +63,7 @@ class ResetConfig:
         "home": [0.0, 0.0, 0.0, 0.0, 0.0, 50.0], "tucked": [0.0, -60.0, 60.0, 60.0, 0.0, 0.0]})
     max_speed: float = 30.0            # deg/s per joint (gripper units/s) along the reset trajectory
     by_teleop: bool = False            # the person first resets the scene by teleop, then presses Enter
-    ready_timeout_s: float = 60.0      # wait this long for "ready" after the move (0: until it comes)
+    ready_timeout_s: float = 0.0       # wait this long for "ready" after the move, then start anyway (0: wait for it)
 
     def __post_init__(self) -> None:
         if self.pose not in self.poses:
@@ -83,6 +86,8 @@ class RealTaskConfig:
                                        # which the person's labels override
     classifier: str = ""               # reward=classifier: its folder (robolearn reward train ... --out FOLDER)
     classifier_threshold: float = 0.0  # P(success) that counts as a success; 0: the one stored with it
+    classifier_confirm_ticks: int = 1  # ticks in a row at or above it before it ends the episode (the person's
+                                       # label in those ticks wins)
     success_bonus: float = 1.0         # reward of the step labelled a success
     episode_s: float = 20.0            # time limit of an episode
     max_delta_deg: float = 6.0         # per tick, arm joints (the sim tasks' action bound)
@@ -105,6 +110,8 @@ class RealTaskConfig:
         if self.reward == "classifier" and not (Path(self.classifier) / "classifier.json").exists():
             raise ValueError(f"task.reward=classifier needs task.classifier=FOLDER with a trained classifier "
                              f"(robolearn reward train); {self.classifier or '(none given)'} holds none")
+        if self.classifier_confirm_ticks < 1:
+            raise ValueError(f"task.classifier_confirm_ticks must be >= 1, got {self.classifier_confirm_ticks}")
         if not 0.0 <= self.classifier_threshold < 1.0:
             raise ValueError(f"task.classifier_threshold must be in [0, 1), got {self.classifier_threshold}")
         if self.episode_s <= 0 or self.max_delta_deg <= 0 or self.gripper_max_delta <= 0:
@@ -153,7 +160,9 @@ class RealTaskCounts:
     labels: dict[str, int] = field(default_factory=dict)
     time_limits: int = 0
     ready_timeouts: int = 0
+    resets_short_of_the_pose: int = 0  # the move ran out of beats (held back by the guard or an e-stop)
     classifier_successes: int = 0      # episodes the classifier ended (the person said nothing that step)
+    classifier_successes_sim_agrees: int = 0  # the twin only: of those, how many the hidden sim success confirms
 
 
 class RealTaskEnv:
@@ -187,6 +196,10 @@ class RealTaskEnv:
             raise ValueError(f"task.reset.pose={task.reset.pose} {reset_pose.tolist()} is outside the task's joint "
                              "limits")
         self.kinematics = ArmKinematics(task.kinematics)
+        tip = self.kinematics.tip(reset_pose)
+        if np.any(tip < task.workspace_low) or np.any(tip > task.workspace_high):
+            raise ValueError(f"task.reset.pose={task.reset.pose}: its tip {np.round(tip, 3).tolist()} m is outside the "
+                             f"workspace {task.workspace_low} .. {task.workspace_high} (every step would hold there)")
         self.episode_ticks = max(1, round(task.episode_s * self.control_hz))
 
         d, g = task.max_delta_deg, task.gripper_max_delta
@@ -216,6 +229,7 @@ class RealTaskEnv:
         self.realtime = self.scene is None  # hardware runs in wall time; the twin as fast as the loop asks
         self._command: np.ndarray | None = None
         self._tick = 0
+        self._confident = 0  # ticks in a row the classifier has said success
 
     def _camera_specs(self) -> dict[str, ArraySpec]:
         if self.scene is not None:
@@ -251,9 +265,11 @@ class RealTaskEnv:
     def tip_position(self, joints: np.ndarray) -> np.ndarray:
         return self.kinematics.tip(joints)
 
+    def clip_tip(self, tip: np.ndarray) -> np.ndarray:
+        return np.clip(tip, self.task.workspace_low, self.task.workspace_high)
+
     def joints_for_tip(self, tip: np.ndarray, joints: np.ndarray) -> np.ndarray:
-        lo, hi = np.array(self.task.workspace_low), np.array(self.task.workspace_high)
-        return self.kinematics.joints_for(np.clip(tip, lo, hi), joints)
+        return self.kinematics.joints_for(self.clip_tip(tip), joints)
 
     # --- commands
     def _measured(self) -> np.ndarray:
@@ -318,13 +334,14 @@ class RealTaskEnv:
             raise RuntimeError("task=real needs a person: the actor attaches teleop=... before the first reset")
         if self.scene is not None:
             self._reset_scene(seed)
-        self.operator.prompt = ""
+        self.operator.drop_pending()  # keys pressed during the last episode or an e-stop's hold say nothing now
         if self.task.reset.by_teleop:
             self._reset_by_teleop()
         self._move_to(np.array(self.task.reset.poses[self.task.reset.pose], np.float32))
         self._wait_for_ready()
+        self.operator.prompt = ""
         self.operator.drop_pending()
-        self._tick = 0
+        self._tick = self._confident = 0
         return self._observe(), {"success": False}
 
     def _reset_scene(self, seed: int | None) -> None:
@@ -357,22 +374,30 @@ class RealTaskEnv:
                 return
             self._send(now + np.clip(pose - now, -step, step))
             self._beat(t0)
+        self.counts.resets_short_of_the_pose += 1
+        print(f"[task=real] the arm did not reach the reset pose '{self.task.reset.pose}' (held back on the way: "
+              f"{np.round(self.commanded() - pose, 1).tolist()} from it)", file=sys.stderr, flush=True)
 
     def _reset_by_teleop(self) -> None:
         """The person drives (their device, bounded as when taking over) until they press Enter."""
         self.operator.prompt = "reset the scene by teleop, then press Enter"
         print(f"[task=real] {self.operator.prompt}", flush=True)
-        while self.keep_waiting():
-            t0 = time.perf_counter()
-            if self.operator.take_ready():
-                return
-            target = self.operator.drive_target()
-            self._send(self._bounded(target) if target is not None else self.commanded())
-            self._beat(t0)
+        self.operator.begin_drive()  # from where the arm is: no target left over from an earlier takeover
+        try:
+            while self.keep_waiting():
+                t0 = time.perf_counter()
+                if self.operator.take_ready():
+                    return
+                target = self.operator.drive_target()
+                self._send(self._bounded(target) if target is not None else self.commanded())
+                self._beat(t0)
+        finally:
+            self.operator.end_drive()
 
     def _wait_for_ready(self) -> None:
         timeout = self.task.reset.ready_timeout_s
-        if self.operator.take_ready():  # said before the move ended (or a scripted person: at once)
+        self.operator.drop_pending()  # only an Enter after the arm has arrived counts
+        if self.operator.take_ready():  # a scripted person: at once
             return
         self.operator.prompt = "set up the scene, then press Enter (ready)"
         print(f"[task=real] {self.operator.prompt}", flush=True)
@@ -388,7 +413,6 @@ class RealTaskEnv:
                 break
             self._send(self.commanded())  # hold, and keep the watchdog's beat
             self._beat(t0)
-        self.operator.prompt = ""
 
     # --- a tick
     def step(self, action: np.ndarray):
@@ -405,10 +429,12 @@ class RealTaskEnv:
             self.counts.labels[label.value] = self.counts.labels.get(label.value, 0) + 1
         if self.classifier is not None:
             info["success_probability"] = p = self.classifier.probability(obs)
-            if label is None and p >= self.threshold:
+            self._confident = self._confident + 1 if p >= self.threshold else 0
+            if label is None and self._confident >= self.task.classifier_confirm_ticks:
                 label = TeleopEvent.SUCCESS
                 info["label"] = "classifier"
                 self.counts.classifier_successes += 1
+                self.counts.classifier_successes_sim_agrees += int(info.get("sim_success", False))
         success = label == TeleopEvent.SUCCESS
         info["success"] = success
         info["rerecord"] = label == TeleopEvent.RERECORD
