@@ -313,10 +313,7 @@ class Actor:
               f"(robolearn rearm {self.run.root})", file=sys.stderr, flush=True)
         while self.guard.estop.latched and not self.stop:
             self._wait_a_moment()
-            now = time.monotonic()
-            if now - self._last_status_write >= self.cfg.runtime.status_every_s:
-                self._write_status()
-                self._last_status_write = now
+            self._write_status_when_due()
         if not self.stop:
             print(f"[{self.name}] re-armed; {self.robot_id} acts again", flush=True)
 
@@ -341,10 +338,7 @@ class Actor:
         once the run stops or the e-stop latches (the episode then ends before its first step)."""
         self.weights.poll()
         self.sender.poll()
-        now = time.monotonic()
-        if now - self._last_status_write >= self.cfg.runtime.status_every_s:
-            self._write_status()
-            self._last_status_write = now
+        self._write_status_when_due()
         return not self.stop and not self.guard.estop.latched
 
     def _wait_a_moment(self) -> None:
@@ -409,6 +403,10 @@ class Actor:
             self.successes += int(step.success)
             return
         self.weights.poll()
+        self._write_status_when_due()
+
+    def _write_status_when_due(self) -> None:
+        """The status file, at most every ``runtime.status_every_s``."""
         now = time.monotonic()
         if now - self._last_status_write >= self.cfg.runtime.status_every_s:
             self._write_status()
