@@ -103,14 +103,11 @@ def _name_the_terminal(cfg: RunConfig) -> None:
     """``teleop.tty=auto``: the person's keys come from the terminal ``robolearn run`` runs in. The actor runs in a
     session of its own, so it is named for the workers in ``$ROBOLEARN_PERSON_TTY`` (each start names its own:
     the config keeps ``auto``, so a resume in another terminal reads that one)."""
-    from robolearn.hardware.operator import PERSON_TTY
+    from robolearn.hardware.operator import name_person_terminal
 
-    if getattr(cfg.teleop, "tty", None) != "auto":
-        return
-    if not sys.stdin.isatty():
+    if getattr(cfg.teleop, "tty", None) == "auto" and not name_person_terminal("auto"):
         _fail(f"teleop={cfg.teleop.name} reads the person's keys from a terminal, and robolearn run is not in one; "
               "run it in a terminal (ssh -t over SSH) or name one with teleop.tty=/dev/pts/N")
-    os.environ[PERSON_TTY] = os.ttyname(sys.stdin.fileno())
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")

@@ -107,10 +107,13 @@ def test_a_real_robot_run_on_fake_buses_with_a_scripted_person(tmp_path):
             leader.servos.mem[1][ADDR_PRESENT:ADDR_PRESENT + 2] = (2048 + 455).to_bytes(2, "little")
         pan_before = _deg(_goal(follower, 1))
         press(b" ")
+        took_over = time.monotonic()
         time.sleep(0.2)
         pan_soon = _deg(_goal(follower, 1))
         wait_for(lambda: abs(_deg(_goal(follower, 1)) - 40.0) < 1.0, 10, "the follower to reach the leader")
         assert abs(pan_soon - pan_before) < 25, (pan_before, pan_soon)  # 60 deg/s, not a jump to 40
+        # the person drives at least 1 s (25 ticks) whatever the exploring policy did to the pan before
+        time.sleep(max(0.0, took_over + 1.0 - time.monotonic()))
         press(b" ")   # hand back
         time.sleep(0.5)
         press(b"y")   # success

@@ -168,38 +168,58 @@ class LeaderDriver:
         return reading.action, reading.events - {TeleopEvent.INTERVENTION_ON, TeleopEvent.INTERVENTION_OFF}
 
 
-class KeyboardDriver:
-    """Keys move a gripper tip target (m) and a gripper opening; the target joints come from inverse kinematics."""
+class TipTarget:
+    """Where a tip-space device (keyboard, gamepad) wants the arm: a tip position (m, inside the workspace, so it
+    never winds up past the edge) and a gripper opening; its joints come from inverse kinematics."""
 
-    def __init__(self, config: KeyboardTeleopConfig) -> None:
-        self.config = config
-        self._tip: np.ndarray | None = None
-        self._gripper = 0.0
-        self._pending: list[str] = []
+    def __init__(self) -> None:
+        self.tip: np.ndarray | None = None
+        self.gripper = 0.0
 
     def start(self, arm: Arm) -> None:
         """From where the arm is told to be, so taking over moves nothing by itself."""
         now = arm.commanded()
-        self._tip, self._gripper, self._pending = arm.tip_position(now), float(now[-1]), []
+        self.tip, self.gripper = arm.tip_position(now), float(now[-1])
+
+    def move(self, arm: Arm, tip: np.ndarray, gripper: float) -> None:
+        """Move the target by ``tip`` (m) and ``gripper`` (units)."""
+        if self.tip is None:
+            self.start(arm)
+        self.tip = arm.clip_tip(self.tip + tip)
+        self.gripper = float(np.clip(self.gripper + gripper, 0.0, 100.0))
+
+    def joints(self, arm: Arm) -> np.ndarray:
+        if self.tip is None:
+            self.start(arm)
+        joints = arm.joints_for_tip(self.tip, arm.commanded())
+        joints[-1] = self.gripper
+        return joints
+
+
+class KeyboardDriver:
+    """Keys move a ``TipTarget`` by ``step_m`` (and the gripper by ``gripper_step``) per press."""
+
+    def __init__(self, config: KeyboardTeleopConfig) -> None:
+        self.config = config
+        self.goal = TipTarget()
+        self._pending: list[str] = []
+
+    def start(self, arm: Arm) -> None:
+        self.goal.start(arm)
+        self._pending = []
 
     def key(self, key: str) -> None:
         self._pending.append(key)
 
     def target(self, arm: Arm) -> tuple[np.ndarray | None, set[TeleopEvent]]:
-        if self._tip is None:
-            self.start(arm)
         for key in self._pending:
             if key in TIP_KEYS:
                 axis, sign = TIP_KEYS[key]
-                self._tip[axis] += sign * self.config.step_m
-                self._tip = arm.clip_tip(self._tip)  # no wind-up past the workspace's edge
+                self.goal.move(arm, np.eye(3)[axis] * sign * self.config.step_m, 0.0)
             elif key in ("o", "c"):
-                self._gripper = float(np.clip(self._gripper + (1 if key == "o" else -1) * self.config.gripper_step,
-                                              0.0, 100.0))
+                self.goal.move(arm, np.zeros(3), (1 if key == "o" else -1) * self.config.gripper_step)
         self._pending = []
-        joints = arm.joints_for_tip(self._tip, arm.commanded())
-        joints[-1] = self._gripper
-        return joints, set()
+        return self.goal.joints(arm), set()
 
 
 # pads disagree on which of north / west their X is (xpad reports X as BTN_NORTH): both re-record
@@ -217,7 +237,7 @@ class GamepadDriver:
 
     def __init__(self, config: GamepadTeleopConfig, reader=None) -> None:
         self.config, self.reader = config, reader  # reader injected in tests; else opened at connect
-        self._keyboard = KeyboardDriver(KeyboardTeleopConfig())  # the tip and gripper target it moves
+        self.goal = TipTarget()
 
     def connect(self) -> None:
         if self.reader is None:
@@ -236,7 +256,7 @@ class GamepadDriver:
         return [GAMEPAD_BUTTONS[b] for b in pressed if b in GAMEPAD_BUTTONS], "tr" in self.reader.held
 
     def start(self, arm: Arm) -> None:
-        self._keyboard.start(arm)
+        self.goal.start(arm)
 
     def key(self, key: str) -> None:  # noqa: ARG002
         """The gamepad takes no terminal keys (the terminal's still label and stop)."""
@@ -248,16 +268,22 @@ class GamepadDriver:
             v = axes[name]
             return 0.0 if abs(v) < dz else v
 
-        kb = self._keyboard
-        if kb._tip is None:
-            kb.start(arm)
         step = self.config.tip_speed * dt  # stick up (negative y) is forward (+x), stick left is +y
-        kb._tip = arm.clip_tip(kb._tip + np.array([-stick("y"), -stick("x"), -stick("ry")]) * step)
-        kb._gripper = float(np.clip(kb._gripper + (axes["z"] - axes["rz"]) * self.config.gripper_rate * dt, 0, 100))
-        return kb.target(arm)
+        self.goal.move(arm, np.array([-stick("y"), -stick("x"), -stick("ry")]) * step,
+                       (axes["z"] - axes["rz"]) * self.config.gripper_rate * dt)
+        return self.goal.joints(arm), set()
 
 
 PERSON_TTY = "ROBOLEARN_PERSON_TTY"  # set by robolearn run / join: the terminal they run in (teleop.tty=auto)
+
+
+def name_person_terminal(tty: str) -> bool:
+    """``teleop.tty=auto`` in a process started in a terminal (``robolearn run``, ``join``): name that terminal in
+    ``$ROBOLEARN_PERSON_TTY`` for its workers. False where there is none to name."""
+    if tty != "auto" or not sys.stdin.isatty():
+        return False
+    os.environ[PERSON_TTY] = os.ttyname(sys.stdin.fileno())
+    return True
 
 
 def person_terminal(tty: str) -> str:

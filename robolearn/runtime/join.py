@@ -17,7 +17,6 @@ tests).
 from __future__ import annotations
 
 import argparse
-import os
 import socket
 import sys
 import time
@@ -28,7 +27,7 @@ from omegaconf import OmegaConf
 
 from robolearn.builders import robot_type
 from robolearn.config import ConfigError, load_run_config, validate
-from robolearn.hardware.operator import PERSON_TTY
+from robolearn.hardware.operator import name_person_terminal
 from robolearn.hardware.resources import LeaseManager, resources_for
 from robolearn.logging.status import read_json, write_json_atomic
 from robolearn.rundir import RunDir
@@ -106,8 +105,7 @@ def main(argv: list[str]) -> int:
         print(f"robolearn join: {exc}", file=sys.stderr)
         return 2
     cfg = load_run_config(run.config)
-    if getattr(cfg.teleop, "tty", None) == "auto" and sys.stdin.isatty():  # the person sits at this robot PC
-        os.environ[PERSON_TTY] = os.ttyname(sys.stdin.fileno())
+    name_person_terminal(getattr(cfg.teleop, "tty", ""))  # auto: the person sits at this robot PC's terminal
     interrupted = install_stop_signals()
     kind = robot_type(cfg)
     leases = LeaseManager(resources_for(cfg.robot, kind, args.actors), cfg.runtime.lease_ttl_s)
