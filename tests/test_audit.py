@@ -3,6 +3,7 @@ recorder, ledger and buffer. A step the robot executed whose record was never wr
 step) is counted apart from a recorded step the path to the buffer lost; the count of losses comes from the
 ledger, and dropping one batch on the way to the buffer must show up as exactly its steps lost."""
 
+import numpy as np
 import pytest
 
 from robolearn.actor.step_ledger import StepLedger, read_ledger
@@ -31,25 +32,30 @@ def _run(tmp_path, drop_batch: int | None = None):
     run = RunDir(tmp_path / "run")
     env = DiesInStep(ReachConfig(episode_ticks=12))
     buf = ReplayBuffer(run.buffer, env.observation_spec, env.action_spec, capacity=10_000, fsync="off")
-    batches = []
+    batches, journal = [], []
 
     def deliver(arrays):
+        journal.clear()  # as the spool's put of a batch removes its journal
         batches.append(arrays)
         if len(batches) - 1 != drop_batch:
             buf.add("reach-0", arrays)
 
     ledger = StepLedger(run.ledger("actor-0"), "reach-0")
 
-    def recorded(step):  # as the actor does right after its journal write (no journal here)
+    def recorded(step):  # as the actor does right after its journal write
+        journal.append(step)
         ledger.recorded(int(step["episode_id"][0]), int(step["step"][0]))
 
     recorder = TransitionRecorder(env.observation_spec, deliver, send_every=5, stage=recorded)
     loop = _loop(env, [ledger, recorder])
     for episode in range(2):
         loop.run(seed=episode, episode_id=episode)
-    env.die_at = env.executed + 5  # steps 0-4 of episode 2 go out as a batch; step 5 is cut inside the apply
+    env.die_at = env.executed + 5  # steps 0-4 of episode 2 are journaled; step 5 is cut inside the apply
     with pytest.raises(Killed):
         loop.run(seed=2, episode_id=2)
+    # the restarted actor sends the journaled steps as a cut batch; the learner closes the episode there
+    buf.add("reach-0", {k: np.concatenate([step[k] for step in journal]) for k in journal[0]})
+    buf.close_episode("reach-0", 2)
     ledger.close()
     buf.close()
     return run, env

@@ -78,6 +78,19 @@ def test_the_gate_stops_between_ticks_and_the_last_batch_is_delivered_truncated(
     assert "final_obs.state" in batches[-1]
 
 
+def test_a_stop_right_after_a_full_batch_still_closes_the_episode():
+    """The gate stops the episode just after a batch of ``send_every`` steps would have gone out: the last
+    delivered step must still be marked truncated, or the learner keeps the episode open for ever."""
+    env = CountingReach(ReachConfig(episode_ticks=50))
+    batches = []
+    recorder = TransitionRecorder(env.observation_spec, batches.append, send_every=4)
+    result = _loop(env, [recorder], gate=lambda tick: tick < 8).run(seed=0)
+    assert result.stopped and result.ticks == 8 == env.executed
+    assert sum(len(b["action"]) for b in batches) == env.executed
+    assert batches[-1]["truncated"][-1] and "final_obs.state" in batches[-1]
+    assert not any(b["truncated"][:-1].any() for b in batches)
+
+
 def test_episode_ids_stay_each_actors_own_whatever_a_restarted_learner_offers():
     from robolearn.actor.loop import first_episode_id
 
