@@ -9,7 +9,7 @@ export MUJOCO_GL := egl
 MINUTES ?= 3
 PYTEST := $(VENV)/bin/python -m pytest
 
-.PHONY: setup run test test-all bench bench-reach bench-buffer bench-experts bench-delay-sweep bench-control-loop \
+.PHONY: setup chromium run test test-all bench bench-reach bench-buffer bench-experts bench-delay-sweep bench-control-loop \
 	bench-inference-rtt bench-learner-speed bench-hil bench-learn-async bench-chaos bench-reward bench-table lint clean
 
 setup: $(VENV)/.installed
@@ -27,11 +27,15 @@ $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
 run: setup
 	$(VENV)/bin/robolearn run task=reach budget.minutes=$(MINUTES)
 
+# the GUI's browser tests drive Debian's chromium (never a downloaded browser)
+chromium:
+	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
 # fast tier + short end-to-end runs (what CI runs); slow tests with `make test-all`
-test: setup
+test: setup chromium
 	$(PYTEST) -m "not slow" --durations=10
 
-test-all: setup
+test-all: setup chromium
 	$(PYTEST) --durations=10
 
 bench-reach: setup

@@ -114,6 +114,8 @@ def _name_the_terminal(cfg: RunConfig) -> None:
 def _run(cfg: DictConfig) -> None:
     run_cfg, run = _prepare_run(cfg)
     terminal = getattr(run_cfg.teleop, "tty", None)
+    if terminal == "none":  # teleop=gui: the page is the person's only device
+        terminal = None
     if terminal:
         from robolearn.hardware.operator import HELP, TIP_HELP, person_terminal
 

@@ -26,7 +26,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from robolearn import registry
-from robolearn.actor.config import ActorConfig
+from robolearn.actor.config import ActorConfig, GuiConfig
 from robolearn.builders import build_policy, task_specs
 from robolearn.learner.config import LearnerConfig
 from robolearn.policies.encoders import image_keys
@@ -75,6 +75,7 @@ class TopLevel:
     buffer: BufferConfig = field(default_factory=BufferConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
+    gui: GuiConfig = field(default_factory=GuiConfig)
 
 
 @dataclass
@@ -165,6 +166,7 @@ class RunConfig:
     buffer: BufferConfig
     learner: LearnerConfig
     actor: ActorConfig
+    gui: GuiConfig
     task: ChoiceConfig
     robot: RobotConfig
     teleop: ChoiceConfig
@@ -221,7 +223,7 @@ def _check_teleop(cfg: RunConfig) -> None:
     real = cfg.task.name == "real"
     if real and cfg.teleop.name == "none":
         raise ConfigError("config error at 'teleop': task=real takes its rewards and resets from a person; choose "
-                          "teleop=keyboard, gamepad or so101_leader (teleop=scripted on the sim twin)")
+                          "teleop=keyboard, gamepad, so101_leader or gui (teleop=scripted on the sim twin)")
     if not real and cfg.teleop.name != "none":
         raise ConfigError(f"config error at 'teleop': teleop={cfg.teleop.name} is the person of task=real; the sim "
                           f"task {cfg.task.name} takes its rewards from the simulator (its scripted human: "
@@ -231,8 +233,11 @@ def _check_teleop(cfg: RunConfig) -> None:
                           "which would override the classifier; set teleop.labels=false with task.reward=classifier")
     if real and cfg.actor.human != "none":
         raise ConfigError("config error at 'actor.human': task=real has its person in teleop=...; set actor.human=none")
+    if cfg.teleop.name == "gui" and not cfg.gui.on_for(cfg.robot.name):
+        raise ConfigError("config error at 'teleop': teleop=gui is the person at the GUI page; set gui.enabled=true")
     person = real and cfg.teleop.name != "scripted"  # a person at a terminal and a device
-    if person and cfg.runtime.total_actors != 1:
+    # at a terminal one person drives one robot; the page has a tile per robot, each taken over on its own
+    if person and cfg.teleop.name != "gui" and cfg.runtime.total_actors != 1:
         raise ConfigError(f"config error at 'runtime.num_actors': teleop={cfg.teleop.name} is one person at one "
                           "terminal, so it drives one robot; set runtime.num_actors=1 (and no remote_actors)")
     if person and not cfg.actor.realtime:

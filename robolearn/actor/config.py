@@ -40,3 +40,36 @@ class ActorConfig:
                 raise ValueError(f"actor.{key} must be >= 0, got {getattr(self, key)}")
         if self.human not in HUMANS:
             raise ValueError(f"actor.human must be none or scripted, got {self.human!r}")
+
+
+@dataclass
+class GuiConfig:
+    """``gui.*``: the teleop-intervention page (``apps/gui``), served by the run itself."""
+
+    enabled: str = "auto"         # true | false | auto (on for real robots, off in sim)
+    host: str = "127.0.0.1"       # a non-loopback host is served only with a token in the URL (``token``)
+    port: int = 8765              # 0: any free port
+    token: str = ""               # required in the URL (?token=...) when set; a non-loopback host makes one
+    fps: float = 15.0             # frames per robot per second to the page
+    camera: str = ""              # which camera a tile shows: one of the observation's, or a sim camera
+                                  # (default: the first observation camera, else the sim's "front")
+    size: int = 240               # sim frames rendered for the page (square, pixels)
+    camera_intrinsics: list[float] = field(default_factory=list)         # a real camera's [fx, fy, cx, cy] (px)
+    camera_extrinsics: list[list[float]] = field(default_factory=list)   # ... and its 4x4 pose in the robot's base
+                                  # frame (OpenCV axes): the foresight overlay; a sim camera's come from the sim
+    jpeg_quality: int = 80
+    help_threshold: float = 0.0   # the robot asks for help when its policy's uncertainty exceeds this (0: never)
+    help_holds: bool = False      # ... and holds until a person takes over or dismisses it
+
+    def __post_init__(self) -> None:
+        if str(self.enabled).lower() not in ("true", "false", "auto"):
+            raise ValueError(f"gui.enabled must be true, false or auto, got {self.enabled!r}")
+        self.enabled = str(self.enabled).lower()
+        if not 0 < self.fps <= 60 or not 16 <= self.size <= 1024 or not 1 <= self.jpeg_quality <= 100:
+            raise ValueError("gui.fps must be in (0, 60], gui.size in [16, 1024], gui.jpeg_quality in [1, 100]")
+        if self.help_threshold < 0:
+            raise ValueError(f"gui.help_threshold must be >= 0, got {self.help_threshold}")
+
+    def on_for(self, robot: str) -> bool:
+        """Whether the run serves the page: ``auto`` serves it for real robots (anything but the sim)."""
+        return self.enabled == "true" or (self.enabled == "auto" and robot != "sim_so101")

@@ -29,11 +29,13 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 import zmq
 
 from robolearn.actor.chunking import ChunkExecutor
 from robolearn.actor.episode import EpisodeLoop, StepRecord
+from robolearn.actor.gui_feed import GuiFeed
 from robolearn.actor.step_ledger import StepLedger
 from robolearn.actor.transition_recorder import TransitionRecorder
 from robolearn.actor.weights_cache import WeightsCache
@@ -49,6 +51,7 @@ from robolearn.logging.status import read_json, write_json_atomic
 from robolearn.registry import lookup
 from robolearn.rundir import RunDir
 from robolearn.stop_flag import StopFlag
+from robolearn.transport.gui_channel import Command
 from robolearn.transport.security import load_keys
 from robolearn.transport.spool import Spool
 from robolearn.transport.transitions import TRANSITIONS, TransitionSender
@@ -86,6 +89,9 @@ class Actor:
         self._steps_since_status = 0
         self._last_status_write = 0.0
         self.operator = None  # the person at a real robot (teleop=...), connected after the lease
+        self.gui: GuiFeed | None = None  # gui.enabled: this robot's tile on the page
+        self.gui_commands_ignored = 0    # acts from the page this run has no use for (no person, another device)
+        self.help_wait_s = 0.0           # held while asking for help (gui.help_holds)
 
     # --- start and end: the lease brackets every use of the robot ----------------------------------------
     def run_forever(self) -> None:
@@ -218,8 +224,7 @@ class Actor:
         self.recording = Recording(self.run.root, cfg.run_name, self.run.root / f"{self.name}.rrd")
         self.executor = ChunkExecutor(client, self.env.action_spec, getattr(self.policy, "horizon", 1),
                                       self.settings.chunking, self.robot_id, before_request=self._newest_weights,
-                                      on_chunk=lambda start, chunk: self.recording.log_chunk(self.robot_id, start,
-                                                                                             chunk),
+                                      on_chunk=self._on_chunk,
                                       while_waiting=self._while_waiting_for_chunk)
         ledger = StepLedger(self.run.ledger(self.name), self.robot_id)
 
@@ -233,7 +238,14 @@ class Actor:
         if self.operator is not None:  # resets and waits for the person keep the channels going
             self.env.attach_operator(self.operator, keep_waiting=self._keep_waiting_for_person,
                                      realtime=self.settings.realtime)
-        loop = EpisodeLoop(self.env, self.executor, self.clock, self._human(), subscribers=[ledger, recorder, self],
+        subscribers = [ledger, recorder, self]
+        if cfg.gui.on_for(cfg.robot.name):
+            self.gui = GuiFeed(cfg.gui, self.run, self.robot_id, self.env, ctx, self.keys, self._in_control,
+                               lambda: getattr(self.operator, "prompt", ""), self._queued_actions, self._gui_command,
+                               uncertainty=ChunkPolicyRunner(self.policy, self.env.observation_spec,
+                                                             self.env.action_spec.dim).spread)
+            subscribers.append(self.gui)
+        loop = EpisodeLoop(self.env, self.executor, self.clock, self._human(), subscribers=subscribers,
                            gate=self._gate, policy_version=lambda: self.weights.version)
         episode_id = self._first_episode_id(int(endpoints["next_episode_id"]), spool)
         while not self.stop and not self._share_taken():
@@ -255,6 +267,8 @@ class Actor:
             print(f"[{self.name}] {len(spool.pending())} batches still unacknowledged after "
                   f"{self.settings.drain_timeout_s:.0f} s; kept in {spool.dir} for the next start", flush=True)
         self._write_status(final=True)
+        if self.gui is not None:
+            self.gui.close()
         ledger.close()
         client.close()
         self.recording.close()
@@ -300,7 +314,9 @@ class Actor:
             return False
         if self.settings.max_policy_lag:
             self._throttle(tick)
-        return True
+        if self.gui is not None and self.cfg.gui.help_holds and self.gui.asks_for_help and not self.gui.dismissed:
+            self._hold_for_help()
+        return not self.stop
 
     def _hold_while_estopped(self) -> None:
         """Before an episode: while the e-stop is latched the robot holds (no step, no reset) and the channels
@@ -312,6 +328,7 @@ class Actor:
         print(f"[{self.name}] e-stop latched ({why}); {self.robot_id} holds until re-armed "
               f"(robolearn rearm {self.run.root})", file=sys.stderr, flush=True)
         while self.guard.estop.latched and not self.stop:
+            self.guard.hold()
             self._wait_a_moment()
             self._write_status_when_due()
         if not self.stop:
@@ -334,11 +351,13 @@ class Actor:
         return not self.stop
 
     def _keep_waiting_for_person(self) -> bool:
-        """A beat of a reset or of the wait for the person's "ready": channels polled, status kept fresh; False
-        once the run stops or the e-stop latches (the episode then ends before its first step)."""
+        """A beat of a reset or of the wait for the person's "ready": channels polled, status and page kept fresh;
+        False once the run stops or the e-stop latches (the episode then ends before its first step)."""
         self.weights.poll()
         self.sender.poll()
         self._write_status_when_due()
+        if self.gui is not None:
+            self.gui.pump()
         return not self.stop and not self.guard.estop.latched
 
     def _wait_a_moment(self) -> None:
@@ -346,6 +365,51 @@ class Actor:
         (acks in, re-sends out): the learner may be waiting for a batch a reset link lost."""
         self.weights.poll(timeout_ms=20)
         self.sender.poll()
+        if self.gui is not None:
+            self.gui.pump()
+
+    def _on_chunk(self, start: int, chunk: np.ndarray) -> None:
+        self.recording.log_chunk(self.robot_id, start, chunk)
+        if self.gui is not None:
+            self.gui.on_chunk(start, chunk)
+
+    # --- the page (gui.enabled)
+    def _in_control(self) -> str:
+        """Who drives the robot now, as its tile shows it."""
+        if self.guard.estop.latched:
+            return "estop"
+        if getattr(self.operator, "intervening", False):
+            return "human"
+        if getattr(self.operator, "prompt", ""):
+            return "waiting"
+        return "policy"
+
+    def _queued_actions(self, tick: int) -> tuple[np.ndarray, int]:
+        """The actions queued from ``tick`` on (what the robot executes unless a new chunk replaces them) and how
+        many of them are committed (they run while the next chunk is computed)."""
+        entries = self.executor.queue.actions(tick, self.executor.horizon)
+        if not entries:
+            return np.zeros((0, self.env.action_spec.dim), np.float32), 0
+        return np.stack([e.action for e in entries]), self.executor.delay.planned()
+
+    def _gui_command(self, command: Command) -> None:
+        if command.kind == "dismiss":  # the person saw the robot's help request and lets it go on
+            self.gui.dismissed = True
+        elif not (hasattr(self.operator, "gui_command") and self.operator.gui_command(command)):
+            self.gui_commands_ignored += 1
+
+    def _hold_for_help(self) -> None:
+        """``gui.help_holds``: while the robot asks for help (its policy's uncertainty above ``gui.help_threshold``)
+        it holds (no step) until a person takes over or dismisses the request (robot-gated intervention)."""
+        t0 = time.monotonic()
+        while not self.stop and not self.guard.estop.latched and self.gui.asks_for_help and not self.gui.dismissed:
+            if self.operator is not None:
+                self.operator.poll()
+                if getattr(self.operator, "intervening", False):
+                    break
+            self._wait_a_moment()
+            self._write_status_when_due()
+        self.help_wait_s += time.monotonic() - t0
 
     def _wait_for_learner(self) -> None:
         """Sim only: hold the (frozen) simulation while the learner is behind its update-to-data ratio. The
@@ -433,6 +497,9 @@ class Actor:
             "safety": self.guard.counts.as_dict(), "estop_latched": self.guard.estop.latched,
             "watchdog_tripped": self.guard.watchdog_tripped,
             "operator_prompt": getattr(self.operator, "prompt", ""),
+            "gui": {"frames_sent": self.gui.frames_sent, "commands_ignored": self.gui_commands_ignored,
+                    "help_wait_s": round(self.help_wait_s, 2), "uncertainty": self.gui.uncertainty,
+                    "error": repr(self.gui.failure) if self.gui.failure else ""} if self.gui is not None else {},
             "task": asdict(self.env.counts) if is_dataclass(getattr(self.env, "counts", None)) else {},
             "pid": os.getpid(), "final": final,
         })

@@ -101,6 +101,8 @@ class GymRobotConfig:
 class GymRobot:
     """HAL ``Robot`` view of a gymnasium env (specs, connect, observe, act)."""
 
+    holds_position = False  # its action steps the env: there is no command that holds it (GuardedRobot.hold)
+
     def __init__(self, env: GymTaskEnv, control_hz: float) -> None:
         self._env = env
         self.name = env.config.robot_type

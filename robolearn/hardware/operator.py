@@ -40,10 +40,12 @@ import numpy as np
 from robolearn.hardware.safety import EStop
 from robolearn.hardware.teleop import LerobotTeleop, LerobotTeleopConfig, TeleopEvent, TeleopReading
 from robolearn.hardware.terminal_keys import TerminalKeys
+from robolearn.transport.gui_channel import Command
 
 KEYS = {"y": TeleopEvent.SUCCESS, "n": TeleopEvent.FAILURE, "r": TeleopEvent.RERECORD, "enter": TeleopEvent.READY,
         "space": TeleopEvent.INTERVENTION_ON, "e": TeleopEvent.ESTOP, "esc": TeleopEvent.ESTOP}
 LABELS = (TeleopEvent.SUCCESS, TeleopEvent.FAILURE, TeleopEvent.RERECORD)
+GUI_LABELS = {"success": TeleopEvent.SUCCESS, "failure": TeleopEvent.FAILURE, "rerecord": TeleopEvent.RERECORD}
 TIP_KEYS = {"w": (0, 1), "up": (0, 1), "s": (0, -1), "down": (0, -1), "a": (1, 1), "left": (1, 1),
             "d": (1, -1), "right": (1, -1), "q": (2, 1), "z": (2, -1)}
 HELP = ("keys: y success | n failure | r re-record | Enter ready | space take over / hand back | "
@@ -319,7 +321,7 @@ class Operator:
 
     # --- connection (the actor's, after its lease)
     def connect(self) -> None:
-        if self._keys_reader is None:
+        if self._keys_reader is None and self.config.tty != "none":
             self._terminal = TerminalKeys(person_terminal(self.config.tty))
             self._keys_reader = self._terminal.read
         if hasattr(self.driver, "connect"):
@@ -372,6 +374,20 @@ class Operator:
             events.add(TeleopEvent.INTERVENTION_ON if held else TeleopEvent.INTERVENTION_OFF)
         self._events |= events
         return events
+
+    def gui_command(self, command: Command) -> bool:
+        """An act of the person at the GUI page. Labels and "ready" count as their keys; taking over from the page
+        needs the page as the device (``teleop=gui``): False (ignored) with another device."""
+        if hasattr(self.driver, "command"):
+            self.driver.command(command)
+            return True
+        if command.kind == "label":
+            self._labels.append(GUI_LABELS[command.label])
+        elif command.kind == "ready":
+            self._ready = True
+        else:
+            return False
+        return True
 
     def press_estop(self, why: str) -> None:
         if self.estop is None:

@@ -216,6 +216,16 @@ class GuardedRobot:
             self.counts.clipped_speed += 1
         return self._send(limited)
 
+    def hold(self) -> np.ndarray:
+        """Send the hold command (the last one again) between episodes, as while the e-stop is latched: a real
+        arm's servos keep it there, a simulated one goes on being simulated there (it settles, as the real one
+        does, instead of freezing mid-motion). Not a tick of the control loop: the watchdog does not see it."""
+        if not getattr(self.robot, "holds_position", True):  # a gym env's "robot": its action steps the env
+            return self._hold()
+        if self.estop.latched:
+            self.counts.held_for_estop += 1
+        return self._send(self._hold())
+
     def reset_to(self, joint_positions: np.ndarray) -> None:
         """A simulator's reset places the arm without a command: the next command's speed is measured from
         there, not from the last command before it. (A real robot has no such call: its reset is a motion

@@ -66,3 +66,17 @@ class ChunkPolicyRunner:
         # a two-stage chunk starts at its mid observation's tick, with the committed actions left from there
         return [ChunkResponse(r.request_id, r.tick, chunks[i], self.version, r.prefix_len - k, ms,
                               chunk_start=r.tick + k) for i, (r, k) in enumerate(zip(requests, offsets))]
+
+    def spread(self, observation: dict[str, np.ndarray], samples: int = 8) -> float:
+        """The policy's uncertainty at ``observation``: the standard deviation across ``samples`` sampled chunks,
+        averaged over the chunk's actions and dimensions (normalised units, [-1, 1]). For a Gaussian policy it is
+        its spread, for a flow policy the spread of its samples; a deterministic policy gives 0."""
+        observations = {k: np.repeat(np.asarray(observation[k])[None], samples, axis=0) for k in self.obs_spec.arrays}
+        prefix = np.zeros((samples, 0, self.action_dim), np.float32)
+        lens = np.zeros(samples, np.int64)
+        extra = {}
+        if getattr(self.policy, "takes_mid_observation", False):
+            extra = {"mid_observations": observations, "mid_offsets": lens}
+        with torch.no_grad():
+            chunks = self.policy.predict_chunk(observations, prefix, lens, explore=True, **extra)
+        return float(np.asarray(chunks).std(axis=0).mean())

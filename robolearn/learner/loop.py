@@ -79,6 +79,7 @@ class Learner:
         self.episodes = 0
         self.successes = 0
         self.recent = collections.deque(maxlen=50)
+        self.recent_returns: collections.deque[float] = collections.deque(maxlen=50)
         self.max_episode_id = -1
         self.latest_transition_version = 0
         self.policy_lag: collections.Counter[int] = collections.Counter()  # lag (versions) -> transitions
@@ -127,7 +128,7 @@ class Learner:
                 continue
             self.max_episode_id = max(self.max_episode_id, ep.episode_id)
             if ep.ended and not ep.truncated_by_recovery:  # one a crash cut has no outcome
-                self._count_episode(ep.success)
+                self._count_episode(ep.success, float(ep.ret))
         steps = self._steps_at_episode_end = self.env_steps
         if steps:
             print(f"[learner] loaded {steps} transitions ({self.episodes} episodes) from {self.run.buffer}", flush=True)
@@ -136,10 +137,11 @@ class Learner:
     def env_steps(self) -> int:
         return self.buffer.tables["online"].n
 
-    def _count_episode(self, success: bool) -> None:
+    def _count_episode(self, success: bool, ret: float) -> None:
         self.episodes += 1
         self.successes += int(success)
         self.recent.append(success)
+        self.recent_returns.append(ret)
 
     # --- one update ----------------------------------------------------------------------------
     def _sample(self) -> tuple[dict, dict]:
@@ -294,9 +296,9 @@ class Learner:
             self.policy_lag.update(lags.tolist())
             self.recording.log_policy_lag(msg.sender, arrays["tick"], lags)
             if arrays["terminated"][-1] or arrays["truncated"][-1]:
-                self._count_episode(bool(arrays["success"][-1]))
-                self._steps_at_episode_end = self.env_steps
                 ep = self.buffer.episode(msg.sender, int(arrays["episode_id"][-1]))
+                self._count_episode(bool(arrays["success"][-1]), float(ep.ret))
+                self._steps_at_episode_end = self.env_steps
                 self.algo.on_episode(ep.ret)  # e.g. Hi-ORS moves its acceptance threshold
             self.recording.log_transitions(msg.sender, msg.arrays)
             got += 1
@@ -340,6 +342,7 @@ class Learner:
         return {
             "env_steps": self.env_steps, "episodes": self.episodes, "successes": self.successes,
             "success_rate_50": (sum(self.recent) / len(self.recent)) if self.recent else 0.0,
+            "return_50": (sum(self.recent_returns) / len(self.recent_returns)) if self.recent_returns else 0.0,
             "updates": self.algo.num_updates, "updates_per_s": self.updates_per_s, "version": self.version,
             "version_lag": self.version - self.latest_transition_version, "rejected_messages": self.rejects.total,
             "duplicate_batches": self.duplicates, "out_of_order_batches": self.out_of_order,

@@ -45,12 +45,15 @@ class TrainConfig:
     hidden: int = 128
     threshold: float = 0.5
     threads: int = 2
+    shift: int = 0                     # random-shift augmentation, pixels (0: none)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.holdout < 1.0:
             raise ValueError(f"holdout must be in (0, 1), got {self.holdout}")
         if self.epochs < 1 or self.batch_size < 2:
             raise ValueError("epochs must be >= 1 and batch_size >= 2")
+        if self.shift < 0:
+            raise ValueError(f"shift must be >= 0 pixels, got {self.shift}")
 
 
 @dataclass
@@ -109,11 +112,12 @@ def split_episodes(frames: LabelledFrames, holdout: float, seed: int) -> tuple[n
     return np.flatnonzero(~in_test), np.flatnonzero(in_test)
 
 
-def _batch(frames: LabelledFrames, idx: np.ndarray, spec: ClassifierSpec, rng: np.random.Generator | None):
+def _batch(frames: LabelledFrames, idx: np.ndarray, spec: ClassifierSpec, rng: np.random.Generator | None,
+           shift: int = 0):
     obs = {}
     for c in spec.cameras:
         x = torch.from_numpy(frames.images[c][idx])
-        obs[c] = random_shift(x, rng) if rng is not None else x
+        obs[c] = random_shift(x, rng, shift) if rng is not None and shift else x
     if spec.state_dim:
         obs["state"] = torch.from_numpy(frames.state[idx])
     return obs
@@ -170,7 +174,7 @@ def train_classifier(frames: LabelledFrames, config: TrainConfig,
         for _ in range(max(1, len(train) // config.batch_size)):
             # balanced batches: success frames are few (a few ticks an episode), so each batch is half of them
             idx = np.concatenate([rng.choice(positives, half), rng.choice(negatives, config.batch_size - half)])
-            loss = F.binary_cross_entropy_with_logits(model(_batch(frames, idx, spec, rng)), labels[idx])
+            loss = F.binary_cross_entropy_with_logits(model(_batch(frames, idx, spec, rng, config.shift)), labels[idx])
             optim.zero_grad()
             loss.backward()
             optim.step()

@@ -12,6 +12,7 @@ from robolearn.config import store_config_schemas
 
 
 def register_builtins() -> None:
+    from robolearn.hardware.browser_teleop import GuiTeleopConfig, make_gui_operator
     from robolearn.hardware.gym_adapter import GymTaskConfig, GymTaskEnv
     from robolearn.hardware.lerobot_robot import LerobotRobot, LerobotRobotConfig
     from robolearn.hardware.operator import (
@@ -48,6 +49,7 @@ def register_builtins() -> None:
         ("teleop", "gamepad", GamepadTeleopConfig, make_operator),
         ("teleop", "so101_leader", LeaderTeleopConfig, make_operator),
         ("teleop", "scripted", ScriptedPersonConfig, make_operator),
+        ("teleop", "gui", GuiTeleopConfig, make_gui_operator),
         ("policy", "mlp", MLPPolicyConfig, make_policy),
         ("policy", "flow_chunk", FlowChunkPolicyConfig, make_flow_policy),
         ("algo", "sac", SACConfig, SAC),

@@ -54,6 +54,7 @@ class LocalRuntimeConfig:
     actor_restarts: int = 5       # a dead actor is restarted (its lease freed at once), at most this often ...
     learner_restarts: int = 5     # ... and a dead learner (from its last checkpoint) ...
     server_restarts: int = 5      # ... and a dead policy server (the newest weights, then the learner's) ...
+    gui_restarts: int = 5         # ... and a dead GUI process (gui.enabled) ...
     restart_window_s: float = 600.0  # ... within this many seconds; one more ends the run
     restart_backoff_s: float = 1.0  # at once, unless it died k times in a row before it was acting (or the
                                     # learner listening): then after backoff * (2^(k-1) - 1), so a crash loop
@@ -82,10 +83,25 @@ class LocalRuntimeConfig:
         return self.num_actors + self.remote_actors
 
 
+def _print_gui_url(run: RunDir, gui: WorkerProcess, console: Console, timeout_s: float) -> None:
+    """Wait for the page to be served and say where (the robots start meanwhile only once it is)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        served = read_json(run.root / "gui.json")
+        if served and served.get("pid") == gui.popen.pid:
+            console.print(f"[bold]GUI:[/bold] {served['url']}")
+            return
+        if not gui.alive():
+            raise RuntimeError("the GUI exited during start-up:\n" + tail(run.log("gui")))
+        time.sleep(0.05)
+    raise RuntimeError(f"the GUI did not start within {timeout_s:.0f} s:\n" + tail(run.log("gui")))
+
+
 def run_local(cfg: RunConfig, run: RunDir) -> dict:
     """Run until the budget is spent or Ctrl-C; return the summary (also written to summary.json)."""
     runtime: LocalRuntimeConfig = cfg.runtime
-    for stale in [run.endpoints, run.resources, run.policy_server, *run.root.glob("status/*.json")]:
+    for stale in [run.endpoints, run.resources, run.policy_server, run.root / "gui.json",
+                  *run.root.glob("status/*.json")]:
         stale.unlink(missing_ok=True)
     console = Console()
     t0 = time.monotonic()
@@ -114,6 +130,9 @@ def run_local(cfg: RunConfig, run: RunDir) -> dict:
         else:
             if runtime.policy_server:  # the actors wait for its policy_server.json
                 procs["policy-server"] = WorkerProcess("policy-server", run)
+            if cfg.gui.on_for(cfg.robot.name):  # the page; the actors find it through gui.json
+                procs["gui"] = WorkerProcess("gui", run)
+                _print_gui_url(run, procs["gui"], console, runtime.startup_timeout_s)
             for i in range(runtime.num_actors):
                 procs[f"actor-{i}"] = WorkerProcess(f"actor-{i}", run)
             write_json_atomic(run.root / "pids.json", {k: p.popen.pid for k, p in procs.items()})
@@ -133,7 +152,7 @@ def run_local(cfg: RunConfig, run: RunDir) -> dict:
                 print(f"[runtime] {', '.join(sorted(missing))} (joined from elsewhere) did not say it drained within "
                       f"{runtime.shutdown_timeout_s:.0f} s; what it holds stays in its spool there", file=sys.stderr)
             joins.close()
-        for name in ("policy-server", "learner"):
+        for name in ("gui", "policy-server", "learner"):
             if name in procs:
                 codes[name] = procs[name].stop(runtime.shutdown_timeout_s)
         leases.close()

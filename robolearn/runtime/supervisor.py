@@ -33,14 +33,17 @@ def install_stop_signals() -> list[str]:
 
 
 def worker_args(name: str, run: RunDir) -> list[str]:
-    """The ``robolearn.runtime.worker`` arguments of process ``name``: learner, policy-server or actor-<i>."""
+    """The ``python -m`` arguments of process ``name``: learner, policy-server, actor-<i> (``robolearn.runtime.worker``)
+    or gui (``robolearn.apps.gui``, the page: named, not imported, as it sits above the runtime)."""
+    if name == "gui":
+        return ["robolearn.apps.gui", str(run.root)]
     if name.startswith("actor-"):
-        return ["actor", str(run.root), name.removeprefix("actor-")]
-    return [name, str(run.root)]
+        return ["robolearn.runtime.worker", "actor", str(run.root), name.removeprefix("actor-")]
+    return ["robolearn.runtime.worker", name, str(run.root)]
 
 
 class WorkerProcess:
-    """One worker (``python -m robolearn.runtime.worker``), its output appended to its log in the run directory."""
+    """One worker process (``worker_args``), its output appended to its log in the run directory."""
 
     def __init__(self, name: str, run: RunDir) -> None:
         self.name = name
@@ -49,7 +52,7 @@ class WorkerProcess:
         self.log = open(run.log(name), "a")
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         # own session: a terminal's Ctrl-C reaches only the runtime, which then stops us in order
-        self.popen = subprocess.Popen([sys.executable, "-m", "robolearn.runtime.worker", *args],
+        self.popen = subprocess.Popen([sys.executable, "-m", *args],
                                       stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
     def alive(self) -> bool:
@@ -102,12 +105,12 @@ class Supervisor:
         self._deaths: dict[str, list[float]] = {}  # process -> when it died, within the restart window
 
     def _allowed(self, name: str) -> int:
-        return {"learner": self.runtime.learner_restarts,
-                "policy-server": self.runtime.server_restarts}.get(name, self.runtime.actor_restarts)
+        return getattr(self.runtime, self._limit_key(name))
 
     @staticmethod
     def _limit_key(name: str) -> str:
-        return {"learner": "learner_restarts", "policy-server": "server_restarts"}.get(name, "actor_restarts")
+        return {"learner": "learner_restarts", "policy-server": "server_restarts",
+                "gui": "gui_restarts"}.get(name, "actor_restarts")
 
     def check(self, elapsed_s: float) -> str:
         """Handle dead processes; returns a failure message when the run cannot go on."""
@@ -134,6 +137,8 @@ class Supervisor:
                     self.learner_counted[proc.popen.pid] = {key: last.get(key, 0) for key in LEARNER_COUNTERS}
             if name.startswith("actor-"):
                 what = f"freed {', '.join(self.leases.release_holder(name)) or 'no lease'}"
+            elif name == "gui":
+                what = "on the same ports (the robots act on meanwhile; the page reconnects)"
             else:
                 what = "from its last checkpoint"
             print(f"[runtime] {name} exited (code {code}); restarting {what} in {delay:.1f} s "
@@ -175,5 +180,7 @@ class Supervisor:
             return (read_json(self.run.endpoints) or {}).get("learner_pid") == pid
         if name == "policy-server":
             return (read_json(self.run.policy_server) or {}).get("pid") == pid
+        if name == "gui":
+            return (read_json(self.run.root / "gui.json") or {}).get("pid") == pid
         status = read_json(self.run.status(name)) or {}
         return status.get("pid") == pid and status.get("env_steps", 0) > 0

@@ -63,6 +63,7 @@ class ArmTaskEnv(gym.Env):
         self._tick = 0
         self.render_mode = "rgb_array"
         self._renderer: mujoco.Renderer | None = None
+        self._kinematics: mujoco.MjData | None = None  # tip_position's
 
         d, g = task.max_delta_deg, task.gripper_max_delta
         self.action_spec = ActionSpec(ArraySpec(
@@ -114,6 +115,19 @@ class ArmTaskEnv(gym.Env):
         self.robot.send_action(before + delta)
         self._tick += 1
         return (self.robot.commanded_positions() - before).astype(np.float32)
+
+    def commanded(self) -> np.ndarray:
+        """Where the servos are told to be (robot units): what a chunk of delta actions adds up from."""
+        return self.robot.commanded_positions()
+
+    def tip_position(self, joints: np.ndarray) -> np.ndarray:
+        """The gripper tip (m, world frame) with the arm at ``joints`` (robot units): forward kinematics on a data
+        of its own, so the scene is not touched."""
+        if self._kinematics is None:
+            self._kinematics = mujoco.MjData(self.robot.model)
+        self._kinematics.qpos[self.robot.qpos_indices] = self.robot.to_radians(np.asarray(joints, np.float64))
+        mujoco.mj_kinematics(self.robot.model, self._kinematics)
+        return self._kinematics.site_xpos[self.robot.model.site("tip").id].copy()
 
     def hold_action(self) -> np.ndarray:
         """The command that keeps the arm where it is told to be: no change to the servo targets."""

@@ -1,0 +1,131 @@
+"""The GUI's parts without a browser: the page's commands are validated, the browser as a teleop device lets go by
+itself 150 ms after the last hold, a world point projects onto its own pixels in a rendered sim frame, and the
+frame and command channel carries what it is given and nothing malformed."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import zmq
+
+from robolearn.hardware.browser_teleop import BrowserDriver, GuiTeleopConfig
+from robolearn.hardware.teleop import TeleopEvent
+from robolearn.sim.reach import ReachConfig, ReachEnv
+from robolearn.sim.view import PinholeCamera, SceneView, Snapshot
+from robolearn.transport.gui_channel import (
+    HOLD_TIMEOUT_S,
+    Command,
+    FrameInfo,
+    GuiCommandSub,
+    GuiEndpoints,
+    GuiFramePush,
+    GuiSockets,
+    command_from_meta,
+)
+
+
+def test_commands_are_checked():
+    with pytest.raises(ValueError, match="unknown GUI command"):
+        Command("r", "jump", 0.0)
+    with pytest.raises(ValueError, match="unknown label"):
+        Command("r", "label", 0.0, label="great")
+    with pytest.raises(ValueError, match="axes"):
+        Command("r", "hold", 0.0, axes=(2.0,))
+    with pytest.raises(ValueError, match="axes"):
+        Command("r", "hold", 0.0, axes=(float("nan"),))
+    with pytest.raises(ValueError, match="malformed"):
+        command_from_meta({"kind": "hold"})
+    assert command_from_meta({"robot_id": "r", "kind": "hold", "t_sent": 1.0, "axes": [0.5]}).axes == (0.5,)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_browser_holds_only_while_holds_keep_coming():
+    clock = FakeClock()
+    driver = BrowserDriver(GuiTeleopConfig(), clock=clock)
+    assert driver.poll() == ([], False)
+    driver.command(Command("r", "hold", 0.0, axes=(1.0, 0.0, 0.0, 0.0)))
+    assert driver.poll()[1]
+    clock.now += HOLD_TIMEOUT_S - 0.01
+    assert driver.poll()[1]
+    clock.now += 0.02                      # 150 ms after the last hold: let go, with no message at all
+    assert not driver.poll()[1]
+    driver.command(Command("r", "hold", 0.0))
+    driver.command(Command("r", "release", 0.0))
+    assert not driver.poll()[1]            # an explicit release at once
+    driver.command(Command("r", "label", 0.0, label="failure"))
+    driver.command(Command("r", "ready", 0.0))
+    assert driver.poll() == ([TeleopEvent.FAILURE, TeleopEvent.READY], False)
+
+
+def test_a_world_point_projects_onto_its_own_pixels():
+    env = ReachEnv(ReachConfig())
+    env.reset(seed=3)
+    view = SceneView(env.robot.model, "front", 160)
+    try:
+        image, camera = view.render(Snapshot.of(env.robot.data))
+        target = env.robot.data.xpos[env.robot.model.body("target").id]
+        x, y = camera.project(target[None])[0]
+        patch = image[int(round(y)) - 1:int(round(y)) + 2, int(round(x)) - 1:int(round(x)) + 2].reshape(-1, 3)
+        g = patch.astype(int)
+        assert np.all(g[:, 1] > g[:, 0] + 40) and np.all(g[:, 1] > g[:, 2] + 40), f"not the green target: {patch}"
+        # a point well away from the target is not green (the check can fail)
+        x2, y2 = camera.project((target + np.array([0.0, 0.0, 0.15]))[None])[0]
+        far = image[int(round(y2)), int(round(x2))].astype(int)
+        assert not (far[1] > far[0] + 40 and far[1] > far[2] + 40)
+        # a point behind the camera does not project
+        behind = 2 * camera_position(camera) - target
+        assert np.isnan(camera.project(behind[None])).all()
+    finally:
+        view.close()
+        env.close()
+
+
+def camera_position(camera: PinholeCamera) -> np.ndarray:
+    return -camera.rotation.T @ camera.translation
+
+
+def test_a_configured_real_camera_is_the_inverse_of_its_pose():
+    pose = np.eye(4)
+    pose[:3, 3] = [0.5, 0.0, 0.3]
+    camera = PinholeCamera.from_config([100.0, 100.0, 64.0, 48.0], pose.tolist())
+    assert np.allclose(camera.project(np.array([[0.5, 0.0, 1.3]])), [[64.0, 48.0]])      # 1 m ahead: the centre
+    assert np.allclose(camera.project(np.array([[0.6, 0.0, 1.3]])), [[74.0, 48.0]])      # 0.1 m right: +10 px
+    with pytest.raises(ValueError, match="intrinsics"):
+        PinholeCamera.from_config([1.0, 2.0], pose.tolist())
+
+
+def test_frames_and_commands_cross_the_channel(tmp_path):
+    ctx = zmq.Context()
+    gui = GuiSockets(ctx, "127.0.0.1", None)
+    path = tmp_path / "gui.json"
+    push, sub = GuiFramePush(ctx, path, "robot-1"), GuiCommandSub(ctx, path, "robot-1")
+    try:
+        assert not push.check() and not push.send(FrameInfo("robot-1", 0, 0, 0, 0.0, "policy"), b"x")
+        GuiEndpoints(gui.frames_endpoint, gui.commands_endpoint, "http://x/").write(path)
+        assert push.check() and sub.check()
+        time.sleep(0.3)  # the SUB's subscription reaches the PUB
+        info = FrameInfo("robot-1", 7, 2, 3, time.time(), "human", chunk=[[1.0, 2.0]], committed=1)
+        assert push.send(info, b"\xff\xd8jpeg")
+        got = gui.receive_frame(timeout_ms=2000)
+        assert got is not None and got[1] == b"\xff\xd8jpeg" and got[0]["tick"] == 7 and got[0]["control"] == "human"
+        gui.publish(Command("robot-1", "hold", time.time(), axes=(0.5, 0.0, 0.0, 0.0)))
+        gui.publish(Command("robot-10", "hold", time.time()))  # another robot whose id starts the same
+        time.sleep(0.2)
+        commands = sub.receive()
+        assert [c.robot_id for c in commands] == ["robot-1"] and commands[0].axes == (0.5, 0.0, 0.0, 0.0)
+        with pytest.raises(ValueError, match="control"):
+            FrameInfo("robot-1", 0, 0, 0, 0.0, "nobody")
+    finally:
+        push.close()
+        sub.close()
+        gui.close()
+        ctx.term()
