@@ -10,7 +10,7 @@ MINUTES ?= 3
 PYTEST := $(VENV)/bin/python -m pytest
 
 .PHONY: setup chromium run test test-all bench bench-reach bench-buffer bench-experts bench-delay-sweep bench-control-loop \
-	bench-inference-rtt bench-learner-speed bench-hil bench-learn-async bench-chaos bench-reward bench-table lint clean
+	bench-inference-rtt bench-learner-speed bench-hil bench-learn-async bench-chaos bench-reward bench-gui bench-table lint clean
 
 setup: $(VENV)/.installed
 
@@ -68,6 +68,9 @@ bench-learn-async: setup
 bench-chaos: setup
 	$(VENV)/bin/python benchmarks/chaos.py $(ARGS)
 
+bench-gui: setup chromium
+	$(VENV)/bin/python benchmarks/gui_latency.py $(ARGS)
+
 bench-reward: setup
 	MUJOCO_GL=egl HF_HUB_OFFLINE=1 $(VENV)/bin/python benchmarks/reward_classifier.py $(ARGS)
 
@@ -76,7 +79,7 @@ bench-table: setup
 	$(VENV)/bin/python benchmarks/table.py
 
 bench: bench-reach bench-buffer bench-experts bench-delay-sweep bench-control-loop bench-inference-rtt \
-	bench-learner-speed bench-hil bench-learn-async bench-chaos bench-reward
+	bench-learner-speed bench-hil bench-learn-async bench-chaos bench-reward bench-gui
 	$(MAKE) bench-table
 
 lint: setup

@@ -239,7 +239,9 @@ document.addEventListener("keydown", (e) => {
   keysDown.add(e.code);
   if (e.code === "Space") { e.preventDefault(); startHold(selected, "key"); return; }
   if (holding && holding.by !== "gamepad" && KEY_AXES[e.code]) {   // an axis pressed: send it now, not in 50 ms
-    send({ t: "hold", robot: holding.robot, axes: axes(), t_key: Date.now() / 1000 });
+    const tKey = Date.now() / 1000;
+    window.robolearnGui.lastAxisKeyAt = tKey;
+    send({ t: "hold", robot: holding.robot, axes: axes(), t_key: tKey });
     e.preventDefault();
     return;
   }
