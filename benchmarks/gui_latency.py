@@ -9,7 +9,8 @@
 2. Key press to robot command: while the person holds space (taking over, no axis pushed: the command stays put), W
    goes down; the page stamps the keydown in its handler (``t_key``), and the robot's own step records say when
    the first command that moved went out (``t_act`` of the first step with a non-zero executed action after it,
-   read from the buffer). The difference, in 50 Hz control ticks. The browser's input pipeline before the handler
+   read from the buffer); a press counts only if the person held the arm still for the 0.2 s before it. The
+   difference, in 50 Hz control ticks. The browser's input pipeline before the handler
    runs (OS, compositor) is not in it; nothing can stamp a physical key press on this machine.
 
 Each run starts its own ``robolearn run``; the figure is the median over runs of each run's p99 (min and max too).
@@ -97,6 +98,9 @@ def one_run(work: Path, index: int, seconds: float, presses: int) -> dict:
         human = np.concatenate([b["intervention"] for b in batches]).astype(bool)
         key_ticks = []
         for t in key_times:
+            before = np.flatnonzero((t_act <= t) & (t_act > t - 0.2))
+            if not len(before) or moved[before].any() or not human[before].all():
+                continue  # the arm was not held still by the person just before: no clean sample
             after = np.flatnonzero((t_act > t) & moved & human)
             if len(after):
                 key_ticks.append(float((t_act[after[0]] - t) / TICK_S))

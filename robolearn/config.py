@@ -235,6 +235,9 @@ def _check_teleop(cfg: RunConfig) -> None:
         raise ConfigError("config error at 'actor.human': task=real has its person in teleop=...; set actor.human=none")
     if cfg.teleop.name == "gui" and not cfg.gui.on_for(cfg.robot.name):
         raise ConfigError("config error at 'teleop': teleop=gui is the person at the GUI page; set gui.enabled=true")
+    if cfg.teleop.name == "gui" and cfg.runtime.remote_actors:
+        raise ConfigError("config error at 'teleop': the page reaches this machine's robots only; robots joined from "
+                          "robot PCs (runtime.remote_actors) need a person there (teleop=keyboard, ...)")
     person = real and cfg.teleop.name != "scripted"  # a person at a terminal and a device
     # at a terminal one person drives one robot; the page has a tile per robot, each taken over on its own
     if person and cfg.teleop.name != "gui" and cfg.runtime.total_actors != 1:

@@ -28,8 +28,9 @@ ROBOTS = ("sim_so101-0", "sim_so101-1")
 
 def _steps(run: Path, robot: str) -> dict[str, np.ndarray]:
     batches = [b for b in read_buffer(run) if b["_sender"] == robot]
-    keys = ("intervention", "success", "terminated", "truncated", "episode_id", "t_act", "step")
-    return {k: np.concatenate([b[k] for b in batches]) if batches else np.zeros(0) for k in keys}
+    keys = ("intervention", "success", "terminated", "truncated", "episode_id", "t_act", "step", "action")
+    return {k: np.concatenate([b[k] for b in batches]) if batches else np.zeros((0, 6) if k == "action" else 0)
+            for k in keys}
 
 
 def _frames(page) -> dict[str, int]:
@@ -119,6 +120,8 @@ def test_the_page_watches_takes_over_labels_and_stops_two_sim_robots(tmp_path):
             human = steps["intervention"].astype(bool)
             in_hold = (steps["t_act"] > t_press + 0.3) & (steps["t_act"] < t_release - 0.1)
             assert human[in_hold].mean() > 0.9, f"{human[in_hold].sum()} of {in_hold.sum()} steps held were flagged"
+            moved = np.abs(steps["action"][in_hold]).max(axis=1) > 1e-3
+            assert moved.sum() >= 10, "W held: the tip target moved, and the arm with it (up to the workspace's edge)"
             assert not human[steps["t_act"] > t_release + 0.3].any(), "steps after the release still flagged"
             assert not _steps(run, "sim_so101-1")["intervention"].any(), "the other robot was never taken over"
 
@@ -145,6 +148,24 @@ def test_the_page_watches_takes_over_labels_and_stops_two_sim_robots(tmp_path):
             last_human = steps["t_act"][steps["intervention"].astype(bool)].max()
             assert last_human <= t_close + 0.15, f"a human step {last_human - t_close:.3f} s after the socket closed"
             assert steps["t_act"].max() > t_close + 0.5, "the robot went on with the policy after the hand-back"
+
+            # the page stops sending holds without closing anything (a frozen tab, a network that drops them): the
+            # robot's dead-man lets go by itself within 150 ms of the last hold it got
+            page.wait_for_function("window.robolearnGui.connected", timeout=10_000)
+            page.click('.tile[data-robot="sim_so101-0"] .robot')
+            page.keyboard.down("Space")
+            page.wait_for_selector('.tile[data-robot="sim_so101-0"][data-control="human"]', timeout=5_000)
+            time.sleep(0.5)
+            t_mute = page.evaluate("""() => { const s = window.robolearnGuiSocket(); window.__send = s.send;
+                s.send = () => {}; return Date.now() / 1000; }""")
+            time.sleep(1.0)
+            page.evaluate("() => { const s = window.robolearnGuiSocket(); s.send = window.__send; }")
+            page.keyboard.up("Space")
+            time.sleep(1.0)
+            steps = _steps(run, "sim_so101-0")
+            last_human = steps["t_act"][steps["intervention"].astype(bool)].max()
+            assert t_mute - 0.2 < last_human <= t_mute + 0.15 + 0.05, \
+                f"the last human step {last_human - t_mute:+.3f} s from the last hold (dead-man 150 ms + a tick)"
 
             # success / failure buttons end robot 1's episodes with those labels
             page.wait_for_function("window.robolearnGui.connected", timeout=10_000)

@@ -52,14 +52,16 @@ def test_the_browser_holds_only_while_holds_keep_coming():
     clock = FakeClock()
     driver = BrowserDriver(GuiTeleopConfig(), clock=clock)
     assert driver.poll() == ([], False)
-    driver.command(Command("r", "hold", 0.0, axes=(1.0, 0.0, 0.0, 0.0)))
+    driver.command(Command("r", "hold", time.time() - 1.0))  # sent a second ago (held up on the way): ignored
+    assert not driver.poll()[1]
+    driver.command(Command("r", "hold", time.time(), axes=(1.0, 0.0, 0.0, 0.0)))
     assert driver.poll()[1]
     clock.now += HOLD_TIMEOUT_S - 0.01
     assert driver.poll()[1]
     clock.now += 0.02                      # 150 ms after the last hold: let go, with no message at all
     assert not driver.poll()[1]
-    driver.command(Command("r", "hold", 0.0))
-    driver.command(Command("r", "release", 0.0))
+    driver.command(Command("r", "hold", time.time()))
+    driver.command(Command("r", "release", time.time()))
     assert not driver.poll()[1]            # an explicit release at once
     driver.command(Command("r", "label", 0.0, label="failure"))
     driver.command(Command("r", "ready", 0.0))

@@ -58,6 +58,8 @@ class GuiConfig:
     camera_extrinsics: list[list[float]] = field(default_factory=list)   # ... and its 4x4 pose in the robot's base
                                   # frame (OpenCV axes): the foresight overlay; a sim camera's come from the sim
     jpeg_quality: int = 80
+    uncertainty_samples: int = 8  # the policy's uncertainty at each chunk: the spread of this many sampled chunks
+                                  # (on the feed's thread, once per frame at most; 0: not measured)
     help_threshold: float = 0.0   # the robot asks for help when its policy's uncertainty exceeds this (0: never)
     help_holds: bool = False      # ... and holds until a person takes over or dismisses it
 
@@ -69,6 +71,17 @@ class GuiConfig:
             raise ValueError("gui.fps must be in (0, 60], gui.size in [16, 1024], gui.jpeg_quality in [1, 100]")
         if self.help_threshold < 0:
             raise ValueError(f"gui.help_threshold must be >= 0, got {self.help_threshold}")
+        if not 0 <= self.port <= 65535 or self.uncertainty_samples < 0 or self.uncertainty_samples == 1:
+            raise ValueError("gui.port must be in [0, 65535] and gui.uncertainty_samples 0 (off) or >= 2")
+        if self.help_threshold and not self.uncertainty_samples:
+            raise ValueError("gui.help_threshold needs the uncertainty measured: gui.uncertainty_samples >= 2")
+        if self.help_holds and not self.help_threshold:
+            raise ValueError("gui.help_holds holds the robot when it asks for help: set gui.help_threshold > 0")
+        if bool(self.camera_intrinsics) != bool(self.camera_extrinsics):
+            raise ValueError("gui.camera_intrinsics and gui.camera_extrinsics go together (a real camera's overlay)")
+        if self.camera_intrinsics and (len(self.camera_intrinsics) != 4 or len(self.camera_extrinsics) != 4
+                                       or any(len(row) != 4 for row in self.camera_extrinsics)):
+            raise ValueError("gui.camera_intrinsics is [fx, fy, cx, cy] and gui.camera_extrinsics a 4x4 pose")
 
     def on_for(self, robot: str) -> bool:
         """Whether the run serves the page: ``auto`` serves it for real robots (anything but the sim)."""

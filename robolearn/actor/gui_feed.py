@@ -39,7 +39,7 @@ from robolearn.sim.view import PinholeCamera, SceneView, Snapshot
 from robolearn.transport.gui_channel import Command, FrameInfo, GuiCommandSub, GuiFramePush
 from robolearn.transport.security import CurveKeys
 
-EXECUTED_POINTS = 60   # the executed tip path drawn: this many ticks back
+EXECUTED_POINTS = 60   # the executed tip path drawn: this many frames back (4 s at 15 fps)
 CHECK_EVERY_S = 1.0    # how often the feed looks for a (restarted) GUI
 
 
@@ -52,6 +52,7 @@ class _Capture:
     snapshot: Snapshot | None
     future: np.ndarray                  # (H, 3) tip positions of the queued actions, world frame
     executed: np.ndarray                # (N, 3)
+    chunk_obs: dict | None = None       # the observation of a chunk not yet measured for uncertainty
 
 
 class GuiFeed:
@@ -83,7 +84,8 @@ class GuiFeed:
         self.dismissed = False  # the person dismissed the robot's help request (until its uncertainty drops)
         self.episode = self.step = self.tick = 0
         self.obs: dict[str, np.ndarray] | None = None
-        self.uncertainty: float | None = None
+        self.uncertainty: float | None = None   # written by the feed's thread
+        self._chunk_obs: dict | None = None
         self.classifier_p: float | None = None
         self._executed: deque[np.ndarray] = deque(maxlen=EXECUTED_POINTS)
         self._next_frame = 0.0
@@ -96,7 +98,7 @@ class GuiFeed:
     # --- EpisodeLoop subscriber
     def on_episode_start(self, episode_id: int, seed: int, obs: dict[str, np.ndarray]) -> None:  # noqa: ARG002
         self.episode, self.step, self.obs = episode_id, 0, obs
-        self.dismissed = False
+        self.dismissed, self.uncertainty, self._chunk_obs = False, None, None
         self._executed.clear()
         self.pump()
 
@@ -107,12 +109,10 @@ class GuiFeed:
         self.pump()
 
     def on_chunk(self, start: int, chunk: np.ndarray) -> None:  # noqa: ARG002 - the executor's chunk callback
-        """A new chunk: the policy's uncertainty at the observation it came from (the newest one)."""
+        """A new chunk: the feed's thread measures the policy's uncertainty at the newest observation (off the
+        control thread: several sampled chunks cost several forward passes)."""
         if self.measure_uncertainty is not None and self.obs is not None:
-            self.uncertainty = self.measure_uncertainty(self.obs)
-            if not self.asks_for_help:
-                self.dismissed = False  # a later request is a new one
-
+            self._chunk_obs = self.obs
     @property
     def asks_for_help(self) -> bool:
         """The policy's uncertainty at its newest chunk is above ``gui.help_threshold`` (0: it never asks)."""
@@ -171,7 +171,8 @@ class GuiFeed:
                     if self.kinematics else [], committed=int(min(committed, len(future))),
                     uncertainty=self.uncertainty, classifier_p=self.classifier_p, prompt=self.prompt(),
                     help=self.asks_for_help and not self.dismissed, joint_speed=self._joint_speed())
-        return _Capture(info, image, snapshot, future, np.array(self._executed).reshape(-1, 3))
+        chunk_obs, self._chunk_obs = self._chunk_obs, None
+        return _Capture(info, image, snapshot, future, np.array(self._executed).reshape(-1, 3), chunk_obs)
 
     # --- the feed's thread: render, project, encode, send
     def _work(self) -> None:
@@ -182,6 +183,10 @@ class GuiFeed:
                 if capture is None:
                     break
                 self._push.check()
+                if capture.chunk_obs is not None:
+                    self.uncertainty = self.measure_uncertainty(capture.chunk_obs)
+                    if not self.asks_for_help:
+                        self.dismissed = False  # a later request is a new one
                 image, camera = capture.image, self.real_projection
                 if capture.snapshot is not None:
                     if view is None:
@@ -193,7 +198,7 @@ class GuiFeed:
                         camera = view.camera_at(capture.snapshot, w, h)
                 if image is None:
                     continue
-                info = FrameInfo(**capture.info, **self._project(camera, capture))
+                info = FrameInfo(**{**capture.info, **self._project(camera, capture)})
                 self._push.send(info, self._jpeg(image))
         except Exception as exc:  # noqa: BLE001 - printed and in the status: the robot goes on, its tile goes dark
             self.failure = exc
@@ -210,11 +215,14 @@ class GuiFeed:
         if camera is None:
             return {}
 
-        def pixels(points: np.ndarray) -> list[list[float]]:
+        def pixels(points: np.ndarray) -> tuple[list[list[float]], np.ndarray]:
             px = camera.project(points) if len(points) else np.zeros((0, 2))
-            return [[round(float(x), 1), round(float(y), 1)] for x, y in px if np.isfinite(x) and np.isfinite(y)]
+            seen = np.isfinite(px).all(axis=1)  # a point behind the camera is left out
+            return [[round(float(x), 1), round(float(y), 1)] for x, y in px[seen]], seen
 
-        return {"chunk": pixels(capture.future), "executed": pixels(capture.executed)}
+        chunk, seen = pixels(capture.future)
+        return {"chunk": chunk, "executed": pixels(capture.executed)[0],
+                "committed": int(seen[:capture.info["committed"]].sum())}
 
     def _jpeg(self, image: np.ndarray) -> bytes:
         out = io.BytesIO()

@@ -242,8 +242,7 @@ class Actor:
         if cfg.gui.on_for(cfg.robot.name):
             self.gui = GuiFeed(cfg.gui, self.run, self.robot_id, self.env, ctx, self.keys, self._in_control,
                                lambda: getattr(self.operator, "prompt", ""), self._queued_actions, self._gui_command,
-                               uncertainty=ChunkPolicyRunner(self.policy, self.env.observation_spec,
-                                                             self.env.action_spec.dim).spread)
+                               uncertainty=self._uncertainty if cfg.gui.uncertainty_samples else None)
             subscribers.append(self.gui)
         loop = EpisodeLoop(self.env, self.executor, self.clock, self._human(), subscribers=subscribers,
                            gate=self._gate, policy_version=lambda: self.weights.version)
@@ -301,6 +300,9 @@ class Actor:
 
     # --- the gate before each tick -------------------------------------------------------------------------
     def _gate(self, tick: int) -> bool:
+        if self.gui is not None and self.cfg.gui.help_holds and self.gui.asks_for_help and not self.gui.dismissed:
+            self._hold_for_help()
+            self.executor.interrupt(tick)  # what was queued before the hold is stale now
         if not self.settings.realtime:
             self._wait_for_learner()
         if self.lease.lost.is_set():
@@ -314,9 +316,7 @@ class Actor:
             return False
         if self.settings.max_policy_lag:
             self._throttle(tick)
-        if self.gui is not None and self.cfg.gui.help_holds and self.gui.asks_for_help and not self.gui.dismissed:
-            self._hold_for_help()
-        return not self.stop
+        return True
 
     def _hold_while_estopped(self) -> None:
         """Before an episode: while the e-stop is latched the robot holds (no step, no reset) and the channels
@@ -328,6 +328,10 @@ class Actor:
         print(f"[{self.name}] e-stop latched ({why}); {self.robot_id} holds until re-armed "
               f"(robolearn rearm {self.run.root})", file=sys.stderr, flush=True)
         while self.guard.estop.latched and not self.stop:
+            if self.lease.lost.is_set():  # the robot may be another actor's now: not one more command to it
+                print(f"[{self.name}] lost the lease on {self.robot_id}; stopping", file=sys.stderr, flush=True)
+                self.stop.set()
+                break
             self.guard.hold()
             self._wait_a_moment()
             self._write_status_when_due()
@@ -342,12 +346,16 @@ class Actor:
               file=sys.stderr, flush=True)
         while self.sender.spool.full and not self.stop:
             self.sender.poll(timeout_ms=50)
+            if self.gui is not None:
+                self.gui.pump()
         self.spool_full_s += time.monotonic() - t0
 
     def _while_waiting_for_chunk(self) -> bool:
         """An episode's first chunk is late (the policy server restarting): keep the channels going meanwhile."""
         self.weights.poll()
         self.sender.poll()
+        if self.gui is not None:
+            self.gui.pump()
         return not self.stop
 
     def _keep_waiting_for_person(self) -> bool:
@@ -367,6 +375,11 @@ class Actor:
         self.sender.poll()
         if self.gui is not None:
             self.gui.pump()
+
+    def _uncertainty(self, obs: dict[str, np.ndarray]) -> float:
+        """The policy's spread at ``obs`` (``gui.uncertainty_samples`` sampled chunks; on the GUI feed's thread)."""
+        return ChunkPolicyRunner(self.policy, self.env.observation_spec, self.env.action_spec.dim).spread(
+            obs, self.cfg.gui.uncertainty_samples)
 
     def _on_chunk(self, start: int, chunk: np.ndarray) -> None:
         self.recording.log_chunk(self.robot_id, start, chunk)
@@ -403,9 +416,12 @@ class Actor:
         it holds (no step) until a person takes over or dismisses the request (robot-gated intervention)."""
         t0 = time.monotonic()
         while not self.stop and not self.guard.estop.latched and self.gui.asks_for_help and not self.gui.dismissed:
+            if self.lease.lost.is_set():
+                return
             if self.operator is not None:
                 self.operator.poll()
                 if getattr(self.operator, "intervening", False):
+                    self.gui.dismissed = True  # taking over answers the request
                     break
             self._wait_a_moment()
             self._write_status_when_due()

@@ -50,6 +50,8 @@ class BrowserDriver:
         self._events: list[TeleopEvent] = []
 
     def command(self, command: Command) -> None:
+        if command.kind == "hold" and time.time() - command.t_sent > HOLD_TIMEOUT_S:
+            return  # held up on the way (the robot was busy): it says nothing about holding now
         if command.kind == "hold":
             self._held_until = self.clock() + HOLD_TIMEOUT_S
             self.axes = np.zeros(4)

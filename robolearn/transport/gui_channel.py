@@ -8,9 +8,10 @@
 
 The GUI binds both sockets (``gui.json`` in the run directory names them; a restarted GUI binds the same
 ports, so actors reconnect on their own). Frames are sent without blocking and dropped when the GUI is slow
-or absent: a control loop never waits for a screen. Commands carry the time they were sent; an actor treats a
-take-over as held only while fresh ``hold`` commands keep arriving (``HOLD_TIMEOUT_S``): a lost page, tab or
-websocket hands control back by itself. The e-stop does not travel here: the GUI presses the run's latch
+or absent: a control loop never waits for a screen. Commands carry the time the GUI sent them (the GUI and its
+actors share this machine's clock); an actor treats a take-over as held only while fresh ``hold`` commands keep
+arriving (``HOLD_TIMEOUT_S``) and ignores one sent longer ago than that: a lost page, tab or websocket hands
+control back by itself. The e-stop does not travel here: the GUI presses the run's latch
 file itself (``hardware.safety.EStop``), so it works even when an actor is stuck.
 
 Every message is the project's wire format (``transport.wire``): a msgpack header and raw frames, no pickle.
@@ -33,7 +34,7 @@ GUI_FRAME, GUI_COMMAND = "gui_frame", "gui_command"
 HOLD_TIMEOUT_S = 0.15          # a take-over lapses this long after the last ``hold`` the actor received
 COMMAND_KINDS = frozenset({"hold", "release", "label", "ready", "dismiss"})
 LABELS = frozenset({"success", "failure", "rerecord"})
-CONTROL = ("policy", "human", "estop", "reset", "waiting")  # who drives the robot now, as the tile colours it
+CONTROL = ("policy", "human", "estop", "waiting")  # who drives the robot now (waiting: a reset or for the person)
 MAX_JPEG_BYTES = 2 * 1024 * 1024
 
 

@@ -12,8 +12,10 @@ the session series). From the page: ``hold`` (robot, axes, ``t_key``), ``release
 while it holds a robot releases it at once (and the actor's dead-man lets go 150 ms after the last hold in
 any case); closing a page never re-arms anything.
 
-Loopback by default. A token (``gui.token``, or one made at start for a non-loopback host) is then required in
-the page's URL and on its websocket; the URL printed at start carries it.
+Loopback by default. A token (``gui.token``, or one made at each start) is required in the page's URL and on its
+websocket (the URL printed at start carries it), and a websocket opened from a page of another origin is refused:
+without both, any web page open in the person's browser could drive the robots through ``ws://127.0.0.1``. Off
+loopback the token travels in plain HTTP: use it on a network you trust (or behind an HTTPS proxy).
 """
 
 from __future__ import annotations
@@ -21,7 +23,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import secrets
+import signal
+import socket
+import sys
 import threading
 import time
 from collections import deque
@@ -43,14 +49,15 @@ from robolearn.hardware.safety import EStop
 from robolearn.logging.status import read_json
 from robolearn.rundir import RunDir
 from robolearn.transport.gui_channel import Command, GuiEndpoints, GuiSockets
-from robolearn.transport.security import load_keys
-from robolearn.transport.sockets import endpoint_port, is_loopback
+from robolearn.transport.security import Authenticator, load_keys
+from robolearn.transport.sockets import endpoint_port
 
 STATIC = Path(__file__).parent / "static"
 STATUS_EVERY_S = 0.5
 SERIES_EVERY_S = 2.0
 SERIES_POINTS = 1800          # an hour of session plots at one point per 2 s
 MAX_PAGE_MESSAGE = 4096       # bytes: a page's acts are small
+ROBOT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # what a robot id may be (it names its latch file)
 
 
 @dataclass
@@ -65,18 +72,21 @@ class _Robots:
 class GuiServer:
     def __init__(self, run: RunDir, cfg: RunConfig) -> None:
         self.run, self.cfg, self.gui = run, cfg, cfg.gui
-        self.robot_ids: list[str] = []  # as they appear: in the actors' status files, or with a first frame
-        self.token = self.gui.token or ("" if is_loopback(self.gui.host) else secrets.token_urlsafe(16))
+        self.robot_ids: list[str] = []  # as they appear in the actors' status files (the page acts on these only)
         self.ctx = zmq.Context()
-        earlier = GuiEndpoints.read(run.root / "gui.json")  # a restarted GUI binds the same ports
-        self.sockets = GuiSockets(self.ctx, cfg.runtime.host, load_keys(cfg.runtime.keys_dir),
+        earlier = GuiEndpoints.read(run.root / "gui.json")  # a restarted GUI binds the same ports, the same token
+        self.token = self.gui.token or (_query_token(earlier.url) if earlier else "") or secrets.token_urlsafe(16)
+        self.port = endpoint_port(earlier.url.split("?")[0].rstrip("/")) if earlier else self.gui.port
+        keys = load_keys(cfg.runtime.keys_dir)
+        self._auth = Authenticator(self.ctx, keys) if keys else None  # only the run's clients connect
+        self.sockets = GuiSockets(self.ctx, cfg.runtime.host, keys,
                                   endpoint_port(earlier.frames) if earlier else 0,
                                   endpoint_port(earlier.commands) if earlier else 0)
         self.robots = _Robots()
         self.status()  # the robots already acting (a restarted GUI)
         self.series: deque[dict] = deque(maxlen=SERIES_POINTS)
         self._stop = threading.Event()
-        self._new_frame: asyncio.Event | None = None
+        self._pages: set[asyncio.Event] = set()  # one per open page: set when a new frame is in
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pub_lock = threading.Lock()
         self.app = Starlette(routes=[
@@ -86,7 +96,7 @@ class GuiServer:
 
     # --- http
     def _authorised(self, token: str | None) -> bool:
-        return not self.token or secrets.compare_digest(token or "", self.token)
+        return secrets.compare_digest(token or "", self.token)
 
     async def index(self, request: Request) -> Response:
         if not self._authorised(request.query_params.get("token")):
@@ -104,20 +114,25 @@ class GuiServer:
                 continue
             info, jpeg = got
             robot = str(info.get("robot_id", ""))
+            if not ROBOT_ID.fullmatch(robot):
+                self.sockets.rejects.reject(f"a frame from robot id {robot[:40]!r}")
+                continue
             with self.robots.lock:
                 self.robots.frames[robot] = (info, jpeg)
                 self.robots.seq[robot] = self.robots.seq.get(robot, 0) + 1
-                if robot not in self.robot_ids:
-                    self.robot_ids.append(robot)
-            if self._loop is not None and self._new_frame is not None:
-                self._loop.call_soon_threadsafe(self._new_frame.set)
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._wake_pages)
+
+    def _wake_pages(self) -> None:
+        for event in self._pages:
+            event.set()
 
     def status(self) -> dict:
         robots = {}
         for i in range(self.cfg.runtime.total_actors):
             status = read_json(self.run.status(f"actor-{i}")) or {}
             robot = status.get("robot_id")
-            if not robot:
+            if not isinstance(robot, str) or not ROBOT_ID.fullmatch(robot):
                 continue
             if robot not in self.robot_ids:
                 self.robot_ids.append(robot)
@@ -150,7 +165,7 @@ class GuiServer:
         kind = message.get("t")
         robot = str(message.get("robot", ""))
         if kind in ("estop", "rearm"):
-            if robot != "all" and robot not in self.robot_ids:
+            if robot != "all" and robot not in self.robot_ids:  # ids from the actors' status files only
                 raise ValueError(f"no robot {robot!r} in this run")
             latch = EStop(self.run.estop(robot))
             if kind == "estop":
@@ -170,14 +185,20 @@ class GuiServer:
             self.sockets.publish(command)
 
     async def websocket(self, ws: WebSocket) -> None:
-        if not self._authorised(ws.query_params.get("token")):
+        origin = ws.headers.get("origin")
+        if not self._authorised(ws.query_params.get("token")) or (origin and origin.split("//", 1)[-1] !=
+                                                                     ws.headers.get("host")):
             await ws.close(code=4403)
             return
         await ws.accept()
         held: set[str] = set()
         await ws.send_bytes(msgpack.packb({"t": "hello", "robots": self.robot_ids, "run": self.cfg.run_name,
                                            "fps": self.gui.fps}))
-        sender = asyncio.create_task(self._send_loop(ws))
+        woken = asyncio.Event()
+        self._pages.add(woken)
+        sender = asyncio.create_task(self._send_loop(ws, woken))
+        # a page whose frames and status stopped must not go on driving: if the sender fails, the socket closes
+        sender.add_done_callback(lambda task: task.cancelled() or asyncio.ensure_future(ws.close(code=1011)))
         try:
             while True:
                 data = await ws.receive_bytes()
@@ -191,18 +212,20 @@ class GuiServer:
                     self.act(message, held)
                 except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
                     await ws.send_bytes(msgpack.packb({"t": "error", "error": str(exc)}))
-        except WebSocketDisconnect:
+        except (WebSocketDisconnect, RuntimeError):  # RuntimeError: receiving on a socket the sender closed
             pass
         finally:
+            self._pages.discard(woken)
             sender.cancel()
             for robot in held:  # a page gone while holding: hand back now, not at the actor's dead-man timeout
                 with self._pub_lock:
                     self.sockets.publish(Command(robot, "release", time.time()))
 
-    async def _send_loop(self, ws: WebSocket) -> None:
+    async def _send_loop(self, ws: WebSocket, woken: asyncio.Event) -> None:
         sent: dict[str, int] = {}
         next_status = 0.0
         while True:
+            woken.clear()  # before reading what is new: a frame arriving while this sends wakes the next wait
             now = time.monotonic()
             if now >= next_status:
                 next_status = now + STATUS_EVERY_S
@@ -215,9 +238,8 @@ class GuiServer:
             for robot, (info, jpeg) in due:
                 await ws.send_bytes(msgpack.packb({"t": "frame", "robot": robot, "jpeg": jpeg, "info": info,
                                                    "t_sent": time.time()}))
-            self._new_frame.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._new_frame.wait(), timeout=max(0.0, next_status - time.monotonic()))
+                await asyncio.wait_for(woken.wait(), timeout=max(0.0, next_status - time.monotonic()))
 
     async def _series_loop(self) -> None:
         while True:
@@ -227,7 +249,6 @@ class GuiServer:
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette):  # noqa: ARG002
         self._loop = asyncio.get_running_loop()
-        self._new_frame = asyncio.Event()
         frames = threading.Thread(target=self._receive_frames, name="gui-frames", daemon=True)
         frames.start()
         series = asyncio.create_task(self._series_loop())
@@ -237,15 +258,23 @@ class GuiServer:
         frames.join(timeout=2.0)
 
     def url(self, port: int) -> str:
-        host = self.gui.host if self.gui.host not in ("0.0.0.0", "::") else "localhost"
-        return f"http://{host}:{port}/" + (f"?token={self.token}" if self.token else "")
+        host = socket.gethostname() if self.gui.host in ("0.0.0.0", "::") else self.gui.host
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{port}/?token={self.token}"
 
     def serve(self) -> None:
-        config = uvicorn.Config(self.app, host=self.gui.host, port=self.gui.port, log_level="warning",
+        port = self.port
+        if port and not _port_free(self.gui.host, port):  # another run's page (or an old one) has it
+            print(f"[gui] port {port} is taken; serving on a free one (gui.port)", file=sys.stderr, flush=True)
+            port = 0
+        config = uvicorn.Config(self.app, host=self.gui.host, port=port, log_level="warning",
                                 ws_max_size=MAX_PAGE_MESSAGE * 4, lifespan="on")
-        server = uvicorn.Server(config)
+        server = _Server(config)
 
         async def main() -> None:
+            # SIGTERM (the runtime stopping it) ends the server and this process with code 0
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, lambda: setattr(server, "should_exit", True))
+            asyncio.get_running_loop().add_signal_handler(signal.SIGINT, lambda: setattr(server, "should_exit", True))
             serving = asyncio.create_task(server.serve())
             while not server.started:
                 if serving.done():
@@ -263,4 +292,29 @@ class GuiServer:
             asyncio.run(main())
         finally:
             self.sockets.close()
+            if self._auth is not None:
+                self._auth.stop()
             self.ctx.term()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server without its own signal handling (which re-raises SIGTERM once it has stopped, so the
+    process would die with -15 before closing its sockets): ``serve`` installs handlers that just stop it."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        yield
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _query_token(url: str) -> str:
+    return url.split("token=", 1)[1].split("&")[0] if "token=" in url else ""

@@ -233,8 +233,11 @@ function label(robot, which) { send({ t: "label", robot, label: which, t_key: Da
 
 function estopAll(reason) { send({ t: "estop", robot: "all", reason }); }
 
+const HANDLED_KEYS = new Set(["Space", "Enter", "KeyY", "KeyN", "KeyR", ...Object.keys(KEY_AXES)]);
 document.addEventListener("keydown", (e) => {
   if (e.code === "Escape") { estopAll("Esc key"); e.preventDefault(); return; }
+  // the page's keys do only what they say here: never also "click" a focused button (Enter on re-arm)
+  if (HANDLED_KEYS.has(e.code) || /^Digit[1-9]$/.test(e.code)) e.preventDefault();
   if (e.repeat && e.code === "Space") { e.preventDefault(); return; }
   keysDown.add(e.code);
   if (e.code === "Space") { e.preventDefault(); startHold(selected, "key"); return; }
@@ -242,7 +245,6 @@ document.addEventListener("keydown", (e) => {
     const tKey = Date.now() / 1000;
     window.robolearnGui.lastAxisKeyAt = tKey;
     send({ t: "hold", robot: holding.robot, axes: axes(), t_key: tKey });
-    e.preventDefault();
     return;
   }
   if (e.repeat || !selected) return;
@@ -256,20 +258,30 @@ document.addEventListener("keydown", (e) => {
   }
 });
 document.addEventListener("keyup", (e) => {
+  if (HANDLED_KEYS.has(e.code)) e.preventDefault();   // space's keyup would "click" a focused button
   keysDown.delete(e.code);
   if (e.code === "Space" && holding && holding.by === "key") stopHold();
 });
+// a clicked button keeps no focus, so no key of the page's ever presses it again
+document.addEventListener("click", () => {
+  if (document.activeElement instanceof HTMLButtonElement) document.activeElement.blur();
+}, true);
 // the dead-man: losing focus or hiding the page hands control back
 window.addEventListener("blur", () => { keysDown.clear(); stopHold(); });
 document.addEventListener("visibilitychange", () => { if (document.hidden) stopHold(); });
 
-// a gamepad's right trigger held takes over the selected robot (polled: the Gamepad API has no events)
+// a gamepad's right trigger held takes over the selected robot (polled: the Gamepad API has no events). Only a
+// fresh press, in a focused and visible page, takes over: a trigger still held after the page lost focus (the
+// dead-man let go) must be released and pressed again.
+let triggerWas = false;
 setInterval(() => {
   const pad = gamepad();
   if (!pad) return;
-  const trigger = pad.buttons[7] && pad.buttons[7].value > 0.5;
-  if (trigger && !holding) startHold(selected, "gamepad");
-  else if (!trigger && holding && holding.by === "gamepad") stopHold();
+  const trigger = !!(pad.buttons[7] && pad.buttons[7].value > 0.5);
+  const attended = document.hasFocus() && !document.hidden;
+  if (trigger && !triggerWas && !holding && attended) startHold(selected, "gamepad");
+  else if ((!trigger || !attended) && holding && holding.by === "gamepad") stopHold();
+  triggerWas = trigger;
   if (pad.buttons[8] && pad.buttons[8].pressed) estopAll("gamepad select");
 }, 30);
 

@@ -13,7 +13,8 @@ function msgpackDecode(buffer) {
   function str(n) { const s = textDecoder.decode(bytes.subarray(pos, pos + n)); pos += n; return s; }
   function bin(n) { const b = bytes.slice(pos, pos + n); pos += n; return b; }
   function arr(n) { const out = new Array(n); for (let i = 0; i < n; i++) out[i] = read(); return out; }
-  function map(n) { const out = {}; for (let i = 0; i < n; i++) { const k = read(); out[k] = read(); } return out; }
+  // no prototype: a key such as "__proto__" is just a key
+  function map(n) { const out = Object.create(null); for (let i = 0; i < n; i++) { const k = read(); out[k] = read(); } return out; }
   function u8() { return view.getUint8(pos++); }
   function u16() { const v = view.getUint16(pos); pos += 2; return v; }
   function u32() { const v = view.getUint32(pos); pos += 4; return v; }
