@@ -218,3 +218,5 @@ def test_the_page_watches_takes_over_labels_and_stops_two_sim_robots(tmp_path):
             proc.kill()
             raise
     assert proc.returncode == 0, out[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["exit_codes"].get("gui") == 0 and not summary["restarts"], summary  # stopped cleanly, never died
