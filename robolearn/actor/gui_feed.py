@@ -133,13 +133,20 @@ class GuiFeed:
         return float(np.abs(np.asarray(state)[self._vel]).max())
 
     # --- every beat
-    def pump(self) -> None:
+    def take_commands(self) -> None:
+        """The person's acts that arrived: before every tick (the actor's gate), so a key pressed while the loop
+        waited for this tick drives this tick's command, not the next one's."""
         now = time.monotonic()
         if now >= self._next_check:
             self._next_check = now + CHECK_EVERY_S
             self.commands.check()
         for command in self.commands.receive():
             self.on_command(command)
+
+    def pump(self) -> None:
+        """A frame when one is due, and the acts that arrived."""
+        self.take_commands()
+        now = time.monotonic()
         if now < self._next_frame:
             return
         self._next_frame = max(self._next_frame + self.period, now)

@@ -300,6 +300,8 @@ class Actor:
 
     # --- the gate before each tick -------------------------------------------------------------------------
     def _gate(self, tick: int) -> bool:
+        if self.gui is not None:
+            self.gui.take_commands()
         if self.gui is not None and self.cfg.gui.help_holds and self.gui.asks_for_help and not self.gui.dismissed:
             self._hold_for_help()
             self.executor.interrupt(tick)  # what was queued before the hold is stale now
