@@ -100,6 +100,9 @@ async function drawFrame(robot, jpeg, info) {
   set(tile, "step", info.step);
   set(tile, "classifier", info.classifier_p == null ? "–" : info.classifier_p.toFixed(2));
   set(tile, "uncertainty", info.uncertainty == null ? "–" : info.uncertainty.toFixed(3));
+  set(tile, "joints", info.joints && info.joints.length
+    ? "joints " + info.joints.map((j) => j.toFixed(1)).join("  ") +
+      (info.joint_speed == null ? "" : `  ·  fastest ${info.joint_speed.toFixed(1)}/s`) : "");
   tile.node.querySelector(".prompt").textContent = info.prompt || "";
   tile.node.querySelector(".help-flag").hidden = !info.help;
   tile.node.querySelector(".dismiss").hidden = !info.help;
