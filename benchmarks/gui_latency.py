@@ -6,13 +6,13 @@
 1. Frame capture to display: the actor stamps each frame when it takes the image (``t_capture``, wall time, on the
    control thread); the page stamps it once it has drawn it on its canvas (``Date.now()`` after ``drawImage`` and
    the overlay). Same machine, same clock. Both robots' frames, over ``--seconds`` s.
-2. Key press to robot command: while the person holds space (taking over, no axis pushed: the command stays put), W
-   goes down; the page stamps the keydown in its handler (``t_key``), and the robot's own step records say when
-   the first command that moved went out (``t_act`` of the first step with a non-zero executed action after it,
-   read from the buffer; moved: a change of at least 0.05 deg in a tick); a press counts only if the person held
-   the arm still for the 0.2 s before it. The
-   difference, in 50 Hz control ticks. The browser's input pipeline before the handler
-   runs (OS, compositor) is not in it; nothing can stamp a physical key press on this machine.
+2. Key press to robot command: while the person holds space (taking over, no axis pushed: the command stays
+   put), W goes down for 0.2 s (then S, alternately, so the tip stays inside the workspace). The page stamps the
+   keydown in its handler (``t_key``); the robot's own step records (the buffer) say when the first command that
+   moved went out (``t_act`` of the first step whose executed action changed a joint by at least 0.05 deg). A
+   press counts only if the person held the arm still for the 0.2 s before it. The figure is the difference in
+   50 Hz control ticks. The browser's input pipeline before the handler runs (OS, compositor) is not in it:
+   nothing can stamp a physical key press on this machine.
 
 Each run starts its own ``robolearn run``; the figure is the median over runs of each run's p99 (min and max too).
 """
@@ -84,12 +84,13 @@ def one_run(work: Path, index: int, seconds: float, presses: int) -> dict:
             page.keyboard.down("Space")
             page.wait_for_selector(f'.tile[data-robot="{robot}"][data-control="human"]', timeout=10_000)
             key_times = []
-            for _ in range(presses):
+            for i in range(presses):
+                key = "KeyW" if i % 2 == 0 else "KeyS"  # forward, then back: the tip stays inside the workspace
                 time.sleep(0.6)  # held still: the command settles where it is
-                page.keyboard.down("KeyW")
+                page.keyboard.down(key)
                 key_times.append(page.evaluate("window.robolearnGui.lastAxisKeyAt"))  # stamped in the handler
                 time.sleep(0.2)
-                page.keyboard.up("KeyW")
+                page.keyboard.up(key)
             time.sleep(1.0)
             page.keyboard.up("Space")
             browser.close()

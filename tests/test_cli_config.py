@@ -115,3 +115,27 @@ def test_dict_options_take_new_keys_the_way_the_readme_says():
     real = validate(compose(overrides=["task=real", "teleop=scripted", "+task.reset.poses.mine=[0,-30,40,50,0,20]",
                                        "task.reset.pose=mine"]))
     assert real.task.reset.poses["mine"] == [0, -30, 40, 50, 0, 20]
+
+
+@pytest.mark.parametrize("changes, match", [
+    ({"task": "real", "teleop": "gui"}, "teleop=gui is the person at the GUI page; set gui.enabled=true"),
+    ({"task": "real", "teleop": "gui", "gui.enabled": "true", "runtime.remote_actors": "1"},
+     "robots joined from robot PCs"),
+    ({"gui.enabled": "maybe"}, "gui.enabled must be true, false or auto"),
+    ({"gui.help_holds": "true"}, "gui.help_holds holds the robot"),
+    ({"gui.help_threshold": "0.1", "gui.uncertainty_samples": "0"}, "gui.help_threshold needs the uncertainty"),
+    ({"gui.camera_intrinsics": "[1,1,1,1]"}, "go together"),
+    ({"gui.port": "70000"}, "gui.port"),
+])
+def test_bad_gui_settings_name_what_is_wrong(changes, match):
+    with pytest.raises(ConfigError, match=match):
+        validate(_cfg(**changes))
+
+
+def test_the_gui_is_on_for_real_robots_by_default_and_teleop_gui_takes_any_number_of_robots():
+    cfg = validate(_cfg(**{"task": "real", "teleop": "gui", "gui.enabled": "true", "actor.realtime": "true",
+                           "runtime.num_actors": "2"}))
+    assert cfg.gui.on_for("sim_so101") and cfg.teleop.tty == "none"
+    assert validate(_cfg()).gui.on_for("so101") and not validate(_cfg()).gui.on_for("sim_so101")
+    with pytest.raises(ConfigError, match="one person at one"):  # a terminal's person still drives one robot
+        validate(_cfg(**{"task": "real", "teleop": "keyboard", "actor.realtime": "true", "runtime.num_actors": "2"}))

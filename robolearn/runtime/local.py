@@ -44,6 +44,8 @@ class LocalRuntimeConfig:
     join_port: int = 0            # where robot PCs ask for the run (robolearn join tcp://host:port); 0: any free
     joined: str | None = None     # set by robolearn join in a robot PC's copy: the run it joined (its keys_dir is
                                   # then that machine's client folder)
+    learner_nice: int = 5         # the learner's CPU priority below the actors' (os.nice): on a busy machine the
+                                  # robots' control loops (and the page's) come first, the updates wait
     policy_server: bool = False   # true: this machine's actors ask one policy server process for their chunks
                                   # (needs actor.realtime=true) instead of each running the policy itself
     lease_ttl_s: float = 5.0      # an actor's robot lease expires this long after its last heartbeat
@@ -61,13 +63,15 @@ class LocalRuntimeConfig:
                                     # does not spin
 
     def __post_init__(self) -> None:
+        if not 0 <= self.learner_nice <= 19:
+            raise ValueError(f"runtime.learner_nice must be in [0, 19] (os.nice), got {self.learner_nice}")
         if self.num_actors < 0 or self.remote_actors < 0 or self.total_actors < 1:
             raise ValueError(f"runtime.num_actors ({self.num_actors}) and runtime.remote_actors "
                              f"({self.remote_actors}) must be >= 0, with at least one actor in all")
-        if min(self.actor_restarts, self.learner_restarts, self.server_restarts, self.restart_window_s,
-               self.restart_backoff_s) < 0:
-            raise ValueError("runtime.actor_restarts, learner_restarts, server_restarts, restart_window_s and "
-                             "restart_backoff_s must be >= 0")
+        if min(self.actor_restarts, self.learner_restarts, self.server_restarts, self.gui_restarts,
+               self.restart_window_s, self.restart_backoff_s) < 0:
+            raise ValueError("runtime.actor_restarts, learner_restarts, server_restarts, gui_restarts, "
+                             "restart_window_s and restart_backoff_s must be >= 0")
         if not is_loopback(self.host) and self.keys_dir is None:
             raise ValueError(f"runtime.host={self.host!r} is not a loopback address: a non-loopback bind needs "
                              "CurveZMQ keys (robolearn keys generate DIR, then runtime.keys_dir=DIR/server)")

@@ -7,6 +7,7 @@ boundary at start-up (no pickled arguments).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -25,6 +26,8 @@ def main(argv: list[str]) -> int:
     cfg = load_run_config(run.config)
     if argv[0] == "learner":
         from robolearn.learner.loop import main as learner_main
+
+        os.nice(getattr(cfg.runtime, "learner_nice", 0))  # the robots' control loops first on a busy machine
 
         return learner_main(run, cfg)
     if argv[0] == "policy-server":
