@@ -1,5 +1,6 @@
 """The GUI's two latencies, measured in the browser with timestamps, against a real run on the sim twin (two robots,
-``teleop=gui``, real time at 50 Hz): the production actor feed, GUI process and page.
+``teleop=gui``, real time at 50 Hz: ``robot.control_hz=50``, the SO-101's default being 25): the production actor
+feed, GUI process and page.
 
     make bench-gui      (python benchmarks/gui_latency.py [--runs 3] [--seconds 20] [--presses 20])
 
@@ -43,7 +44,8 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--d
         "--disable-sync", "--no-first-run"]
 TICK_S = 1 / 50
 MOVED = 0.05
-RUN = ["run", "task=real", "robot=sim_so101", "teleop=gui", "gui.enabled=true", "gui.port=0", "actor.realtime=true",
+RUN = ["run", "task=real", "robot=sim_so101", "robot.control_hz=50", "teleop=gui", "gui.enabled=true", "gui.port=0",
+       "actor.realtime=true",
        "runtime.num_actors=2", "task.reset.ready_timeout_s=0.2", "task.episode_s=600", "policy.hidden_dims=[32,32]",
        "runtime.live_console=false"]
 

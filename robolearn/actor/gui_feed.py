@@ -90,6 +90,7 @@ class GuiFeed:
         self._executed: deque[np.ndarray] = deque(maxlen=EXECUTED_POINTS)
         self._next_frame = 0.0
         self._next_check = 0.0
+        self.command_delays: deque[float] = deque(maxlen=500)  # the page's stamp -> taken here (s)
         self._queue: queue.Queue[_Capture | None] = queue.Queue(maxsize=1)
         self._thread = threading.Thread(target=self._work, name=f"gui-feed-{robot_id}", daemon=True)
         self._thread.start()
@@ -141,7 +142,13 @@ class GuiFeed:
             self._next_check = now + CHECK_EVERY_S
             self.commands.check()
         for command in self.commands.receive():
+            if command.t_key:
+                self.command_delays.append(time.time() - command.t_key)
             self.on_command(command)
+
+    def command_delay_ms(self, q: float) -> float | None:
+        """Quantile ``q`` of the person's acts' delay from the page's key press to this actor (ms)."""
+        return round(float(np.quantile(self.command_delays, q)) * 1e3, 1) if self.command_delays else None
 
     def pump(self) -> None:
         """A frame when one is due, and the acts that arrived."""

@@ -517,6 +517,8 @@ class Actor:
             "operator_prompt": getattr(self.operator, "prompt", ""),
             "gui": {"frames_sent": self.gui.frames_sent, "commands_ignored": self.gui_commands_ignored,
                     "help_wait_s": round(self.help_wait_s, 2), "uncertainty": self.gui.uncertainty,
+                    "command_delay_p50_ms": self.gui.command_delay_ms(0.5),
+                    "command_delay_p99_ms": self.gui.command_delay_ms(0.99),
                     "error": repr(self.gui.failure) if self.gui.failure else ""} if self.gui is not None else {},
             "task": asdict(self.env.counts) if is_dataclass(getattr(self.env, "counts", None)) else {},
             "pid": os.getpid(), "final": final,
