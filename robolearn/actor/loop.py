@@ -425,6 +425,7 @@ class Actor:
                 if getattr(self.operator, "intervening", False):
                     self.gui.dismissed = True  # taking over answers the request
                     break
+            self.guard.hold()  # held by command, as a real arm's servos hold it (a twin settles, not freezes)
             self._wait_a_moment()
             self._write_status_when_due()
         self.help_wait_s += time.monotonic() - t0
