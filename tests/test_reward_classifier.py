@@ -72,6 +72,32 @@ def test_training_reports_held_out_precision_and_recall_and_saves_no_pickle(clas
     assert model.spec.cameras == ("wrist",) and model.spec.image_shape == (32, 32, 3)
 
 
+def test_a_keypoint_classifier_finds_image_positions_and_round_trips(tmp_path):
+    from robolearn.rewards.classifier import ClassifierSpec, KeypointEncoder, SuccessClassifier, save_classifier
+
+    encoder = KeypointEncoder(keypoints=3)
+    with torch.no_grad():  # a channel that answers to red alone: its keypoint is where the red pixel is
+        for conv in encoder.convs:
+            if isinstance(conv, torch.nn.Conv2d):
+                conv.weight.zero_()
+                conv.bias.zero_()
+        first, second, last = (c for c in encoder.convs if isinstance(c, torch.nn.Conv2d))
+        first.weight[0, 0, 2, 2] = 1.0
+        second.weight[0, 0, 1, 1] = 1.0
+        last.weight[0, 0, 1, 1] = 50.0
+    image = torch.zeros(1, 17, 17, 3, dtype=torch.uint8)
+    image[0, 4, 12, 0] = 255  # row 4, column 12
+    x, y = encoder(image)[0, [0, 3]].tolist()
+    assert x == pytest.approx((12 / 16) * 2 - 1, abs=0.05) and y == pytest.approx((4 / 16) * 2 - 1, abs=0.05)
+    spec = ClassifierSpec(("wrist",), (32, 32, 3), encoder="keypoints", feature_dim=8)
+    model = SuccessClassifier(spec)
+    save_classifier(model, tmp_path / "kp", {"note": "untrained"})
+    loaded = load_classifier(tmp_path / "kp")
+    obs = {"wrist": np.random.default_rng(0).integers(0, 255, (32, 32, 3), dtype=np.uint8)}
+    assert loaded.spec.encoder == "keypoints"
+    assert loaded.probability(obs) == pytest.approx(model.eval().probability(obs))
+
+
 def test_bad_input_is_named(dataset, classifier, tmp_path):
     with pytest.raises(FileExistsError):
         train_and_save(dataset, classifier[0], TrainConfig(epochs=1))

@@ -1,11 +1,17 @@
 """A learned success classifier, ``P(success | camera images [, state])``: the reward of ``task.reward=classifier``.
 
-    logit = head([ImageEncoder(cameras) ; (state - mean) / std])        head: Linear-ReLU-Linear-ReLU-Linear
+    logit = head([encoder(cameras) ; (state - mean) / std])             head: Linear-ReLU-Linear-ReLU-Linear
     p     = sigmoid(logit);  the observation shows success  iff  p >= threshold
 
-``ImageEncoder`` is the policies' camera CNN (``policies/encoders.py``), trained here from scratch. The state
-part is optional (``state_dim`` 0: images only); its standardisation is fitted on the training frames and
-stored with the weights.
+``encoder="flat"``: the policies' camera CNN (``policies/encoders.py``: convolutions, flattened, projected to
+``feature_dim``). ``encoder="keypoints"``: three convolutions (the first at stride 2), then a spatial softmax per
+channel (Levine et al. 2016): each of K channels gives the expected image position of what it responds to,
+
+    (x_k, y_k) = sum_ij softmax_ij(f_k / T) * (u_j, v_i),        u, v in [-1, 1]
+
+so where the gripper is relative to the target is two coordinates, not something a projection must untangle. Both
+are trained here from scratch. The state part is optional (``state_dim`` 0: images only); its standardisation is
+fitted on the training frames and stored with the weights.
 
 On disk a classifier is a folder: ``model.safetensors`` (tensors only) and ``classifier.json`` (what to build,
 the threshold, and the training report). ``load_classifier`` reads those two and nothing else: no pickle,
@@ -28,6 +34,43 @@ from robolearn.policies.encoders import ImageEncoder
 from robolearn.specs import ArraySpec, ObservationSpec
 
 WEIGHTS, CONFIG = "model.safetensors", "classifier.json"
+ENCODERS = ("flat", "keypoints")
+
+
+class KeypointEncoder(nn.Module):
+    """uint8 (B, H, W, 3) -> (B, 2 * keypoints): each channel's expected image position (spatial softmax)."""
+
+    def __init__(self, keypoints: int = 32, channels: int = 32) -> None:
+        super().__init__()
+        self.convs = nn.Sequential(
+            nn.Conv2d(3, channels, 5, stride=2, padding=2), nn.ReLU(),   # half resolution: the softmax's
+                                                                          # expectation is finer than its grid
+            nn.Conv2d(channels, channels, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(channels, keypoints, 3, padding=1),
+        )
+        self.log_temperature = nn.Parameter(torch.zeros(()))
+        self.out_dim = 2 * keypoints
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        x = self.convs(frames.permute(0, 3, 1, 2).float() / 255.0)            # (B, K, H, W)
+        b, k, h, w = x.shape
+        attention = torch.softmax(x.flatten(2) / self.log_temperature.exp(), dim=-1).view(b, k, h, w)
+        u = torch.linspace(-1.0, 1.0, w, device=x.device)
+        v = torch.linspace(-1.0, 1.0, h, device=x.device)
+        return torch.cat([(attention.sum(2) * u).sum(-1), (attention.sum(3) * v).sum(-1)], dim=-1)
+
+
+class KeypointImages(nn.Module):
+    """A ``KeypointEncoder`` per camera, concatenated (the ``ImageEncoder`` interface)."""
+
+    def __init__(self, cameras: tuple[str, ...], keypoints: int) -> None:
+        super().__init__()
+        self.keys = list(cameras)
+        self.cameras = nn.ModuleDict({c: KeypointEncoder(keypoints) for c in cameras})
+        self.out_dim = sum(e.out_dim for e in self.cameras.values())
+
+    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return torch.cat([self.cameras[c](obs[c]) for c in self.keys], dim=-1)
 
 
 @dataclass(frozen=True)
@@ -41,10 +84,13 @@ class ClassifierSpec:
     hidden: int = 128
     threshold: float = 0.5
     state_names: tuple[str, ...] = field(default_factory=tuple)
+    encoder: str = "flat"                    # flat | keypoints (see the module docstring)
 
     def __post_init__(self) -> None:
         if not self.cameras:
             raise ValueError("a success classifier needs at least one camera")
+        if self.encoder not in ENCODERS:
+            raise ValueError(f"the classifier encoder must be one of {ENCODERS}, got {self.encoder!r}")
         if not 0.0 < self.threshold < 1.0:
             raise ValueError(f"the classifier threshold must be in (0, 1), got {self.threshold}")
 
@@ -54,7 +100,8 @@ class SuccessClassifier(nn.Module):
         super().__init__()
         self.spec = spec
         images = ObservationSpec({c: ArraySpec(tuple(spec.image_shape), dtype="uint8") for c in spec.cameras})
-        self.encoder = ImageEncoder(images, spec.feature_dim)
+        self.encoder = (KeypointImages(spec.cameras, spec.feature_dim) if spec.encoder == "keypoints"
+                        else ImageEncoder(images, spec.feature_dim))
         self.register_buffer("state_mean", torch.zeros(spec.state_dim))
         self.register_buffer("state_std", torch.ones(spec.state_dim))
         self.head = nn.Sequential(nn.Linear(self.encoder.out_dim + spec.state_dim, spec.hidden), nn.ReLU(),

@@ -10,7 +10,7 @@ success without it, the frames a classifier most easily gets wrong.
 Batches are half success frames, half others (drawn with replacement), as success frames are few.
 Split: whole episodes are held out (``holdout`` of the successful ones and of the failed ones, at least one
 of each), so no held-out frame has a near-duplicate neighbour in training. Loss: binary cross-entropy, Adam,
-images shifted by up to 4 pixels (random shift) in training. Reported on the held-out episodes: frame
+images shifted by up to ``shift`` pixels (random shift, default 4) in training. Reported on the held-out episodes: frame
 precision and recall at the threshold, and episode precision and recall (an episode is called a success when
 any of its frames is).
 """
@@ -45,7 +45,8 @@ class TrainConfig:
     hidden: int = 128
     threshold: float = 0.5
     threads: int = 2
-    shift: int = 0                     # random-shift augmentation, pixels (0: none)
+    shift: int = 4                     # random-shift augmentation, pixels (0: none)
+    encoder: str = "flat"              # flat | keypoints (rewards/classifier.py)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.holdout < 1.0:
@@ -158,7 +159,8 @@ def train_classifier(frames: LabelledFrames, config: TrainConfig,
     cameras = tuple(frames.images)
     state_dim = frames.state.shape[1] if config.use_state else 0
     spec = ClassifierSpec(cameras, tuple(frames.images[cameras[0]].shape[1:]), state_dim, config.feature_dim,
-                          config.hidden, config.threshold, frames.state_names if config.use_state else ())
+                          config.hidden, config.threshold, frames.state_names if config.use_state else (),
+                          config.encoder)
     model = SuccessClassifier(spec)
     if state_dim:
         model.state_mean.copy_(torch.from_numpy(frames.state[train].mean(0)))

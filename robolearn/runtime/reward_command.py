@@ -34,6 +34,9 @@ def main(argv: list[str]) -> int:
                        help="share of successful and of failed episodes held out for the report")
     train.add_argument("--threshold", type=float, default=TrainConfig.threshold)
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--encoder", choices=("flat", "keypoints"), default=TrainConfig.encoder,
+                       help="the image encoder: flattened CNN features, or keypoints (spatial softmax)")
+    train.add_argument("--shift", type=int, default=TrainConfig.shift, help="random-shift augmentation, pixels")
     info = sub.add_parser("info", help="a classifier's inputs and its training report")
     info.add_argument("folder", type=Path)
     info.add_argument("--json", action="store_true")
@@ -54,7 +57,8 @@ def main(argv: list[str]) -> int:
         return 0
     try:
         config = TrainConfig(cameras=tuple(c for c in args.cameras.split(",") if c), use_state=args.use_state,
-                             epochs=args.epochs, holdout=args.holdout, threshold=args.threshold, seed=args.seed)
+                             epochs=args.epochs, holdout=args.holdout, threshold=args.threshold, seed=args.seed,
+                             encoder=args.encoder, shift=args.shift)
         report = train_and_save(args.dataset, args.out, config)
     except (ValueError, FileExistsError, FileNotFoundError) as exc:
         ap.error(str(exc))
