@@ -52,13 +52,24 @@ def test_recorded_frames_carry_exact_success_labels(dataset):
     assert set(frames.images) == {"wrist"} and frames.images["wrist"].shape[1:] == (32, 32, 3)
     eps = np.unique(frames.episode)
     good = [e for e in eps if frames.label[frames.episode == e].any()]
-    # a success episode ends with the hold: its last 7 frames labelled (the success step and 6 held ticks); an
-    # expert that touched success and drifted off again has its success frames where they were
-    held = [e for e in good if frames.label[frames.episode == e][-7:].all()]
+    # a success episode ends with the hold: its last 6 frames show success (the 6 held ticks: each frame's image is
+    # the state its previous step reached), not the 7th from the end (the success step's image is from before it)
+    held = [e for e in good if frames.label[frames.episode == e][-6:].all()
+            and not frames.label[frames.episode == e][-7]]
     assert len(held) >= 6
     assert len(good) >= 7 and len(eps) - len(good) >= 7  # the near misses: no success frame at all
     train, test = split_episodes(frames, 0.25, seed=0)
     assert not set(frames.episode[train]) & set(frames.episode[test])  # whole episodes held out
+
+
+def test_a_frame_shows_success_when_the_step_before_it_reached_it():
+    from robolearn.rewards.training import shows_success
+
+    nxt = np.array([0, 1, 1, 1, 0, 0, 1, 0, 0, 1], bool)   # next.success of each frame
+    ep = np.array([0, 0, 0, 0, 1, 1, 1, 2, 2, 2])
+    # episode 0 (success then held): frames 2, 3; episode 1 (its last step succeeded: an export): its last
+    # frame; episode 2 likewise; never across episodes (frame 4 does not inherit frame 3's)
+    assert shows_success(nxt, ep).astype(int).tolist() == [0, 0, 1, 1, 0, 0, 1, 0, 0, 1]
 
 
 def test_training_reports_held_out_precision_and_recall_and_saves_no_pickle(classifier, monkeypatch):

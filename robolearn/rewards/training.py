@@ -1,13 +1,17 @@
 """``robolearn reward train DATASET --out FOLDER``: fit a success classifier (``rewards.classifier``) on the
 labelled frames of a LeRobotDataset v3 and report how well it does on episodes it never saw.
 
-Labels: a frame is a success when its ``next.success`` is true (the scene shows success once that frame's
-step is done). ``robolearn record ... hold_ticks=N`` writes such frames for the N ticks the expert holds
-after succeeding; a buffer export marks the last frame of each successful episode (the moment the person said
-success). Every other frame is a failure frame; ``record ... near_misses=M`` adds episodes that end close to
-success without it, the frames a classifier most easily gets wrong.
+Labels: a frame is a success when its image shows success, i.e. the step before it ended in success (the previous
+frame's ``next.success``; ``shows_success``). ``robolearn record ... hold_ticks=N`` writes such frames for the N
+ticks the expert holds after succeeding; a buffer export marks the last frame of each successful episode (the
+moment the person said success). Every other frame is a failure frame; ``record ... near_misses=M`` adds
+episodes that end close to success without it, the frames a classifier most easily gets wrong.
 
-Batches are half success frames, half others (drawn with replacement), as success frames are few.
+Batches are half success frames, half others (drawn with replacement), as success frames are few; so the model's
+P(success) is not calibrated to real frames, and the threshold is chosen (``threshold=0``, the default) on
+validation episodes split off the training ones (``validation``): the one where precision and recall are both
+highest (the largest min of the two; the higher threshold on a tie). The held-out episodes of the report are never
+seen by either.
 Split: whole episodes are held out (``holdout`` of the successful ones and of the failed ones, at least one
 of each), so no held-out frame has a near-duplicate neighbour in training. Loss: binary cross-entropy, Adam,
 images shifted by up to ``shift`` pixels (random shift, default 4) in training. Reported on the held-out episodes: frame
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +47,8 @@ class TrainConfig:
     seed: int = 0
     feature_dim: int = 32
     hidden: int = 128
-    threshold: float = 0.5
+    threshold: float = 0.0             # P(success) that counts as one; 0: chosen on validation episodes
+    validation: float = 0.2            # share of the training episodes, per outcome, that choose the threshold
     threads: int = 2
     shift: int = 4                     # random-shift augmentation, pixels (0: none)
     encoder: str = "flat"              # flat | keypoints (rewards/classifier.py)
@@ -53,6 +58,9 @@ class TrainConfig:
             raise ValueError(f"holdout must be in (0, 1), got {self.holdout}")
         if self.epochs < 1 or self.batch_size < 2:
             raise ValueError("epochs must be >= 1 and batch_size >= 2")
+        if not 0.0 <= self.threshold < 1.0 or not 0.0 < self.validation < 1.0:
+            raise ValueError(f"threshold must be in [0, 1) (0: chosen on validation episodes) and validation in "
+                             f"(0, 1), got {self.threshold}, {self.validation}")
         if self.shift < 0:
             raise ValueError(f"shift must be >= 0 pixels, got {self.shift}")
 
@@ -94,13 +102,33 @@ def load_frames(root: Path, cameras: tuple[str, ...] = ()) -> LabelledFrames:
         episode.append(int(item["episode_index"]))
     names = ds.features.get("observation.state", {}).get("names") or ()
     return LabelledFrames({c: np.stack(v) for c, v in images.items()}, np.stack(state).astype(np.float32),
-                          np.array(label), np.array(episode), tuple(names) if isinstance(names, list) else ())
+                          shows_success(np.array(label), np.array(episode)), np.array(episode),
+                          tuple(names) if isinstance(names, list) else ())
 
 
-def split_episodes(frames: LabelledFrames, holdout: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(train, test) frame indices; whole episodes, ``holdout`` of the successful and of the failed ones each."""
+def shows_success(next_success: np.ndarray, episode: np.ndarray) -> np.ndarray:
+    """Whether each frame's image shows success: the step before it ended in success (``next.success`` of the
+    previous frame of its episode), as the run asks the classifier about the observation a step leads to. A
+    frame's own ``next.success`` is about the state after its action, which can be centimetres from the one its
+    image shows. An episode whose only success is its last step (a buffer export: the observation that showed it
+    is no frame) keeps that last frame as its success."""
+    shown = np.zeros_like(next_success)
+    same = episode[1:] == episode[:-1]
+    shown[1:] = next_success[:-1] & same
+    for e in np.unique(episode):
+        mine = np.flatnonzero(episode == e)
+        if next_success[mine[-1]] and not shown[mine].any():
+            shown[mine[-1]] = True
+    return shown
+
+
+def split_episodes(frames: LabelledFrames, holdout: float, seed: int,
+                   within: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(train, test) frame indices (of ``within``, default all); whole episodes, ``holdout`` of the successful and of
+    the failed ones each."""
     rng = np.random.default_rng(seed)
-    episodes = np.unique(frames.episode)
+    within = np.arange(len(frames)) if within is None else within
+    episodes = np.unique(frames.episode[within])
     good = np.array([frames.label[frames.episode == e].any() for e in episodes])
     if good.sum() < 2 or (~good).sum() < 2:
         raise ValueError(f"the dataset needs at least 2 episodes with success frames and 2 without ({good.sum()} and "
@@ -109,8 +137,8 @@ def split_episodes(frames: LabelledFrames, holdout: float, seed: int) -> tuple[n
     for group in (episodes[good], episodes[~good]):
         n = min(len(group) - 1, max(1, round(holdout * len(group))))
         test.extend(rng.choice(group, n, replace=False).tolist())
-    in_test = np.isin(frames.episode, test)
-    return np.flatnonzero(~in_test), np.flatnonzero(in_test)
+    in_test = np.isin(frames.episode[within], test)
+    return within[~in_test], within[in_test]
 
 
 def _batch(frames: LabelledFrames, idx: np.ndarray, spec: ClassifierSpec, rng: np.random.Generator | None,
@@ -150,16 +178,30 @@ def evaluate(model: SuccessClassifier, frames: LabelledFrames, idx: np.ndarray) 
     return {"frames": scores(predicted, truth), "episodes": scores(ep_pred, ep_true)}
 
 
+def choose_threshold(p: np.ndarray, truth: np.ndarray) -> float:
+    """The threshold with the largest min(precision, recall) on these frames (the higher one on a tie)."""
+    best, best_score = 0.5, -1.0
+    for threshold in np.unique(np.clip(p, 1e-6, 1 - 1e-6)):
+        s = scores(p >= threshold, truth)
+        score = min(s["precision"], s["recall"])
+        if score >= best_score:
+            best, best_score = float(threshold), score
+    return best
+
+
 def train_classifier(frames: LabelledFrames, config: TrainConfig,
                      progress: Callable[[str], None] = print) -> tuple[SuccessClassifier, dict]:
     torch.manual_seed(config.seed)
     torch.set_num_threads(config.threads)
     rng = np.random.default_rng(config.seed)
     train, test = split_episodes(frames, config.holdout, config.seed)
+    validation = np.zeros(0, np.int64)
+    if not config.threshold:
+        train, validation = split_episodes(frames, config.validation, config.seed + 1, within=train)
     cameras = tuple(frames.images)
     state_dim = frames.state.shape[1] if config.use_state else 0
     spec = ClassifierSpec(cameras, tuple(frames.images[cameras[0]].shape[1:]), state_dim, config.feature_dim,
-                          config.hidden, config.threshold, frames.state_names if config.use_state else (),
+                          config.hidden, config.threshold or 0.5, frames.state_names if config.use_state else (),
                           config.encoder)
     model = SuccessClassifier(spec)
     if state_dim:
@@ -182,11 +224,16 @@ def train_classifier(frames: LabelledFrames, config: TrainConfig,
             optim.step()
             losses.append(float(loss.detach()))
         progress(f"epoch {epoch + 1}/{config.epochs}: loss {np.mean(losses):.4f} ({time.monotonic() - t0:.0f} s)")
+    if not config.threshold:
+        model.spec = replace(model.spec, threshold=choose_threshold(probabilities(model, frames, validation),
+                                                                    frames.label[validation]))
     held_out = evaluate(model, frames, test)
     report = {"train_frames": int(len(train)), "test_frames": int(len(test)),
               "train_episodes": int(len(np.unique(frames.episode[train]))),
               "test_episodes": int(len(np.unique(frames.episode[test]))),
-              "train_success_frames": int(frames.label[train].sum()), "held_out": held_out,
+              "train_success_frames": int(frames.label[train].sum()), "threshold": model.spec.threshold,
+              "validation_episodes": int(len(np.unique(frames.episode[validation]))),
+              "held_out": held_out,
               "train_seconds": time.monotonic() - t0, "config": {k: list(v) if isinstance(v, tuple) else v
                                                                   for k, v in asdict(config).items()}}
     return model, report
