@@ -43,7 +43,8 @@ def dataset(tmp_path_factory):
 @pytest.fixture(scope="module")
 def classifier(dataset, tmp_path_factory):
     out = tmp_path_factory.mktemp("clf") / "reach"
-    report = train_and_save(dataset, out, TrainConfig(epochs=12, holdout=0.25))
+    # a fixed threshold: 16 episodes leave too few to choose one on validation episodes (choose_threshold's own test)
+    report = train_and_save(dataset, out, TrainConfig(epochs=12, holdout=0.25, threshold=0.5))
     return out, report
 
 
@@ -70,6 +71,15 @@ def test_a_frame_shows_success_when_the_step_before_it_reached_it():
     # episode 0 (success then held): frames 2, 3; episode 1 (its last step succeeded: an export): its last
     # frame; episode 2 likewise; never across episodes (frame 4 does not inherit frame 3's)
     assert shows_success(nxt, ep).astype(int).tolist() == [0, 0, 1, 1, 0, 0, 1, 0, 0, 1]
+
+
+def test_the_threshold_is_the_one_where_precision_and_recall_are_both_highest():
+    from robolearn.rewards.training import choose_threshold
+
+    p = np.array([0.1, 0.2, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99])
+    truth = np.array([0, 0, 0, 1, 0, 1, 1, 1], bool)
+    # at 0.9: precision 3/3, recall 3/4 (min 0.75); at 0.7: 4/5 and 4/4 (min 0.8): the best
+    assert choose_threshold(p, truth) == pytest.approx(0.7)
 
 
 def test_training_reports_held_out_precision_and_recall_and_saves_no_pickle(classifier, monkeypatch):
