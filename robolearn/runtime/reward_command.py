@@ -32,7 +32,8 @@ def main(argv: list[str]) -> int:
     train.add_argument("--epochs", type=int, default=TrainConfig.epochs)
     train.add_argument("--holdout", type=float, default=TrainConfig.holdout,
                        help="share of successful and of failed episodes held out for the report")
-    train.add_argument("--threshold", type=float, default=TrainConfig.threshold)
+    train.add_argument("--threshold", type=float, default=TrainConfig.threshold,
+                       help="P(success) that counts as one (default 0: chosen on validation episodes)")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--encoder", choices=("flat", "keypoints"), default=TrainConfig.encoder,
                        help="the image encoder: flattened CNN features, or keypoints (spatial softmax)")
