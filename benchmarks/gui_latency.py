@@ -37,27 +37,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))
 from common import ROBOLEARN, goal, run_command, write_result  # noqa: E402
 
-from tests.helpers import read_buffer  # noqa: E402
+from tests.helpers import CHROMIUM, CHROMIUM_ARGS, read_buffer, wait_for  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
 TICK_S = 1 / 50
 MOVED = 0.05
 RUN = ["run", "task=real", "robot=sim_so101", "robot.control_hz=50", "teleop=gui", "gui.enabled=true", "gui.port=0",
        "actor.realtime=true",
        "runtime.num_actors=2", "task.reset.ready_timeout_s=0.2", "task.episode_s=600", "policy.hidden_dims=[32,32]",
        "runtime.live_console=false"]
-
-
-def _wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise RuntimeError(f"timed out waiting for {what}")
 
 
 def one_run(work: Path, index: int, seconds: float, presses: int) -> dict:
@@ -69,10 +56,10 @@ def one_run(work: Path, index: int, seconds: float, presses: int) -> dict:
                             env={**os.environ, "HF_HUB_OFFLINE": "1", "MUJOCO_GL": "egl"})
     run = work / "runs" / name
     try:
-        served = _wait(lambda: (run / "gui.json").exists() and json.loads((run / "gui.json").read_text()), 120,
+        served = wait_for(lambda: (run / "gui.json").exists() and json.loads((run / "gui.json").read_text()), 120,
                        "gui.json")
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1300, "height": 900})
             page.goto(served["url"])
             page.wait_for_function("Object.values(window.robolearnGui.frames).filter(n => n > 20).length === 2",

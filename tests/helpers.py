@@ -28,6 +28,13 @@ def start_robolearn(args: list[str], cwd: Path) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, text=True, env=env)
 
 
+# the browser tests and bench-gui drive Debian's chromium headless (never a downloaded browser); without the
+# background-networking flags it keeps trying hosts this machine cannot reach
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+
+
 def free_port() -> int:
     """A TCP port nothing listens on now (for a server a test starts on a port it must know first)."""
     with socket.socket() as s:

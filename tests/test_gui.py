@@ -17,12 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import read_buffer, start_robolearn, wait_for
+from tests.helpers import CHROMIUM, CHROMIUM_ARGS, read_buffer, start_robolearn, wait_for
 
 pytestmark = pytest.mark.e2e
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
 ROBOTS = ("sim_so101-0", "sim_so101-1")
 
 
@@ -61,7 +58,7 @@ def test_the_page_watches_takes_over_labels_and_stops_two_sim_robots(tmp_path):
                           "the GUI's gui.json")
         wait_for(lambda: all(_status(run, r).get("env_steps", 0) > 0 for r in ROBOTS), 120, "both robots acting")
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1300, "height": 900})
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))

@@ -85,7 +85,9 @@ def test_reset_moves_to_the_pose_at_the_bounded_speed_then_waits_for_ready(tmp_p
     env, rec, operator, keys = twin(tmp_path, reset=ResetConfig(pose="tucked", max_speed=40.0))
     assert env.task.reset.ready_timeout_s == 0  # by default it waits for the person, however long
     keys.press_on_prompt("press Enter", "enter")
+    t0 = time.monotonic()
     env.reset(seed=1)
+    assert time.monotonic() - t0 < 10  # the move and the wait end once the person's Enter comes
     pose = np.array(env.task.reset.poses["tucked"], np.float32)
     np.testing.assert_allclose(env.commanded(), pose, atol=1e-3)
     moves = per_tick_change(rec.sent)

@@ -12,6 +12,8 @@ at a random offset per image, (B, H, W, C) uint8 in and out.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -37,6 +39,7 @@ class CameraEncoder(nn.Module):
         with torch.no_grad():
             n_flat = self.convs(torch.zeros(1, 3, height, width)).numel()
         self.project = nn.Sequential(nn.Linear(n_flat, feature_dim), nn.LayerNorm(feature_dim), nn.Tanh())
+        self.out_dim = feature_dim
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
         """uint8 (B, H, W, 3) -> (B, feature_dim)."""
@@ -45,13 +48,17 @@ class CameraEncoder(nn.Module):
 
 
 class ImageEncoder(nn.Module):
-    def __init__(self, obs_spec: ObservationSpec, feature_dim: int = 50) -> None:
+    """One encoder per camera of ``obs_spec``, their features concatenated. ``camera(height, width, feature_dim)``
+    builds each (default ``CameraEncoder``); it has an ``out_dim``."""
+
+    def __init__(self, obs_spec: ObservationSpec, feature_dim: int = 50,
+                 camera: Callable[[int, int, int], nn.Module] = CameraEncoder) -> None:
         super().__init__()
         self.keys = image_keys(obs_spec)
         if not self.keys:
             raise ValueError("ImageEncoder: the observation has no camera (uint8 H x W x 3) entry")
-        self.cameras = nn.ModuleDict({k: CameraEncoder(*obs_spec.arrays[k].shape[:2], feature_dim) for k in self.keys})
-        self.out_dim = feature_dim * len(self.keys)
+        self.cameras = nn.ModuleDict({k: camera(*obs_spec.arrays[k].shape[:2], feature_dim) for k in self.keys})
+        self.out_dim = sum(encoder.out_dim for encoder in self.cameras.values())
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         return torch.cat([self.cameras[k](obs[k]) for k in self.keys], dim=-1)

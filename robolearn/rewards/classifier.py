@@ -30,7 +30,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from robolearn.policies.encoders import ImageEncoder
+from robolearn.policies.encoders import CameraEncoder, ImageEncoder
 from robolearn.specs import ArraySpec, ObservationSpec
 
 WEIGHTS, CONFIG = "model.safetensors", "classifier.json"
@@ -38,9 +38,10 @@ ENCODERS = ("flat", "keypoints")
 
 
 class KeypointEncoder(nn.Module):
-    """uint8 (B, H, W, 3) -> (B, 2 * keypoints): each channel's expected image position (spatial softmax)."""
+    """uint8 (B, H, W, 3) -> (B, 2 * keypoints): each channel's expected image position (spatial softmax). Built as
+    ``ImageEncoder``'s per-camera encoder: (height, width, keypoints); any image size."""
 
-    def __init__(self, keypoints: int = 32, channels: int = 32) -> None:
+    def __init__(self, height: int = 0, width: int = 0, keypoints: int = 32, channels: int = 32) -> None:  # noqa: ARG002
         super().__init__()
         self.convs = nn.Sequential(
             nn.Conv2d(3, channels, 5, stride=2, padding=2), nn.ReLU(),   # half resolution: the softmax's
@@ -58,19 +59,6 @@ class KeypointEncoder(nn.Module):
         u = torch.linspace(-1.0, 1.0, w, device=x.device)
         v = torch.linspace(-1.0, 1.0, h, device=x.device)
         return torch.cat([(attention.sum(2) * u).sum(-1), (attention.sum(3) * v).sum(-1)], dim=-1)
-
-
-class KeypointImages(nn.Module):
-    """A ``KeypointEncoder`` per camera, concatenated (the ``ImageEncoder`` interface)."""
-
-    def __init__(self, cameras: tuple[str, ...], keypoints: int) -> None:
-        super().__init__()
-        self.keys = list(cameras)
-        self.cameras = nn.ModuleDict({c: KeypointEncoder(keypoints) for c in cameras})
-        self.out_dim = sum(e.out_dim for e in self.cameras.values())
-
-    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return torch.cat([self.cameras[c](obs[c]) for c in self.keys], dim=-1)
 
 
 @dataclass(frozen=True)
@@ -100,8 +88,8 @@ class SuccessClassifier(nn.Module):
         super().__init__()
         self.spec = spec
         images = ObservationSpec({c: ArraySpec(tuple(spec.image_shape), dtype="uint8") for c in spec.cameras})
-        self.encoder = (KeypointImages(spec.cameras, spec.feature_dim) if spec.encoder == "keypoints"
-                        else ImageEncoder(images, spec.feature_dim))
+        self.encoder = ImageEncoder(images, spec.feature_dim,
+                                    KeypointEncoder if spec.encoder == "keypoints" else CameraEncoder)
         self.register_buffer("state_mean", torch.zeros(spec.state_dim))
         self.register_buffer("state_std", torch.ones(spec.state_dim))
         self.head = nn.Sequential(nn.Linear(self.encoder.out_dim + spec.state_dim, spec.hidden), nn.ReLU(),

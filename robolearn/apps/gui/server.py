@@ -88,7 +88,6 @@ class GuiServer:
         self._stop = threading.Event()
         self._pages: set[asyncio.Event] = set()  # one per open page: set when a new frame is in
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._pub_lock = threading.Lock()
         self.app = Starlette(routes=[
             Route("/", self.index), Route("/health", self.health), WebSocketRoute("/ws", self.websocket),
             Mount("/static", StaticFiles(directory=STATIC)),
@@ -181,8 +180,7 @@ class GuiServer:
             held.add(robot)
         elif command.kind == "release":
             held.discard(robot)
-        with self._pub_lock:
-            self.sockets.publish(command)
+        self.sockets.publish(command)  # only ever from the event loop: one thread uses the PUB
 
     async def websocket(self, ws: WebSocket) -> None:
         origin = ws.headers.get("origin")
@@ -218,8 +216,7 @@ class GuiServer:
             self._pages.discard(woken)
             sender.cancel()
             for robot in held:  # a page gone while holding: hand back now, not at the actor's dead-man timeout
-                with self._pub_lock:
-                    self.sockets.publish(Command(robot, "release", time.time()))
+                self.sockets.publish(Command(robot, "release", time.time()))
 
     async def _send_loop(self, ws: WebSocket, woken: asyncio.Event) -> None:
         sent: dict[str, int] = {}
