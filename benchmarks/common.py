@@ -67,6 +67,14 @@ def write_result(name: str, command: str, goals: list[dict], **details) -> Path:
     return path
 
 
+def eval_success(run_dir: Path, episodes: int, seed: int) -> dict:
+    """``robolearn eval``'s deterministic evaluation of a run's latest checkpoint on ``episodes`` seeds from
+    ``seed``, in this process: success rate, mean return, the checkpoint's policy version."""
+    from robolearn.evaluate import evaluate
+
+    return evaluate(run_dir, episodes=episodes, seed=seed, deterministic=True)
+
+
 def run_until_success(overrides: list[str], name: str, workdir: Path, target: float, cap_minutes: float,
                       label: str = "") -> dict:
     """Launch ``robolearn run <overrides>`` and watch its learner metrics each second; when success over the

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -40,7 +39,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import ROBOLEARN, goal, run_command, write_result  # noqa: E402
+from common import ROBOLEARN, eval_success, goal, run_command, write_result  # noqa: E402
 
 CAMERA = ["task.cameras=[wrist,front]", "task.camera_size=64"]
 TWIN = ["task=real", "teleop=scripted", "teleop.reaction_ticks=0", "task.scene_state=true", "task.episode_s=4"]
@@ -54,11 +53,6 @@ def robolearn(args: list[str], cwd: Path, what: str) -> str:
         raise RuntimeError(f"{what} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
     print(f"  {what}: {time.monotonic() - t0:.0f} s", flush=True)
     return done.stdout
-
-
-def evaluate(run_dir: Path, cwd: Path, episodes: int, seed: int) -> float:
-    out = robolearn(["eval", f"run_dir={run_dir}", f"episodes={episodes}", f"seed={seed}"], cwd, f"eval {run_dir.name}")
-    return float(re.search(r"success rate (\d+)%", out).group(1)) / 100
 
 
 def main() -> None:
@@ -101,7 +95,7 @@ def main() -> None:
                 run_dir = work / "runs" / name
                 summary = json.loads((run_dir / "summary.json").read_text())
                 actor = json.loads((run_dir / "status" / "actor-0.json").read_text())
-                success = evaluate(run_dir, work, args.eval_episodes, seed=880000 + 1000 * seed)
+                success = eval_success(run_dir, args.eval_episodes, seed=880000 + 1000 * seed)["success_rate"]
                 if summary["env_steps"] < args.env_steps:
                     print(f"  {name} stopped at {summary['env_steps']} env steps, short of {args.env_steps}",
                           flush=True)

@@ -84,3 +84,16 @@ def test_optional_front_and_wrist_cameras_are_uint8_observations():
     assert not np.array_equal(obs["front"], obs["wrist"]) and obs["wrist"].std() > 0
     with pytest.raises(ValueError, match="unknown camera"):
         ReachConfig(cameras=["top"])
+
+
+def test_camera_shadows_false_renders_the_same_scene_without_its_shadows():
+    """task.camera_shadows=false: the same scene and camera, only the shadow pass left out: some pixels are much
+    darker with shadows (the shadows), and on average the images are close (everything is where it was)."""
+    frames = {}
+    for shadows in (True, False):
+        env = ReachEnv(ReachConfig(cameras=["front"], camera_size=64, camera_shadows=shadows))
+        obs, _ = env.reset(seed=0)
+        frames[shadows] = obs["front"].astype(np.int16)
+        env.close()
+    diff = frames[True] - frames[False]
+    assert (diff.min(axis=-1) < -20).mean() > 0.005 and np.abs(diff).mean() < 5

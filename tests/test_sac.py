@@ -8,10 +8,11 @@ from robolearn.policies.mlp import MLPPolicyConfig, make_policy
 from robolearn.sim.reach import ReachEnv
 
 
-def _sac(seed=0, **kw):
+def _sac(seed=0, policy_kw=None, **kw):
     torch.manual_seed(seed)
     env = ReachEnv()
-    policy = make_policy(env.observation_spec, env.action_spec, MLPPolicyConfig(hidden_dims=[32, 32]))
+    policy = make_policy(env.observation_spec, env.action_spec,
+                         MLPPolicyConfig(hidden_dims=[32, 32], **(policy_kw or {})))
     return SAC(policy, SACConfig(critic_hidden_dims=[32, 32], **kw), seed=seed)
 
 
@@ -115,3 +116,33 @@ def test_temperature_steps_like_torch_adam_on_the_alpha_loss():
         fresh = Temperature(init=0.1, target_entropy=-3.0, lr=0.05)
         fresh.update(mean_log_prob)
         assert (fresh.alpha < 0.1) == lower
+
+
+def test_a_state_encoder_is_shared_with_the_critic_and_only_the_critic_loss_moves_it():
+    """lerobot's SAC layout (policy.state_encoder_dim, policy.layer_norm): Linear -> LayerNorm -> tanh on the
+    normalised state, read by the critic (input 8 + 6 wide, not 18 + 6) and by the actor; the critic loss trains
+    it, the actor's does not. The actor's hidden layers are LayerNormed."""
+    sac = _sac(policy_kw={"state_encoder_dim": 8, "layer_norm": True})
+    assert [type(m).__name__ for m in sac.actor.trunk] == ["Linear", "LayerNorm", "ReLU", "Linear", "LayerNorm"]
+    enc = sac.actor.state_encoder
+    assert [type(m).__name__ for m in enc] == ["Linear", "LayerNorm", "Tanh"] and sac.actor.feature_dim == 8
+    assert sac.critic.layers[0].weight.shape[-2] == 8 + 6
+    in_critic = {id(p) for p in sac._critic_params}
+    assert all(id(p) in in_critic for p in enc.parameters())
+    assert not {id(p) for p in enc.parameters()} & {id(p) for p in sac._actor_params}
+    before = [p.detach().clone() for p in enc.parameters()]
+    sac.update(_batch())
+    assert any(not torch.equal(a, b) for a, b in zip(before, enc.parameters()))  # the critic loss moved it
+
+
+def test_grad_clip_norm_bounds_each_networks_gradient():
+    """With algo.grad_clip_norm the gradients the optimisers step on have at most that global norm; without it
+    the same batch gives a larger one (so the bound is the clipping's doing)."""
+    norms = {}
+    for clip in (0.0, 1e-3):
+        sac = _sac(grad_clip_norm=clip)
+        batch = _batch()
+        batch["reward"] = batch["reward"] * 100  # a large TD error: a large critic gradient
+        sac.update(batch)
+        norms[clip] = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in sac._critic_params])).item()
+    assert norms[1e-3] <= 1e-3 * (1 + 1e-4) and norms[0.0] > 1.0

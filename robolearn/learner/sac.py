@@ -11,10 +11,11 @@ Reads top to bottom like the math (docs/algorithms.md, "SAC and RLPD"):
 provides it. Actions are normalised to [-1, 1]; with chunk horizon H the critic scores the whole
 chunk Q(s, a_{t:t+H}) (the action input is H * A wide). Target entropy is -|A|/2.
 
-With cameras, s enters as the policy's features (normalised state + CNN image features): one encoder,
-trained by the critic loss, read by the actor with stop-gradient; frames are randomly shifted by up to
-``image_shift_pad`` pixels in every sampled batch (DrQ). RLPD: ``demo_ratio`` of each batch comes from
-demo and intervention steps. A policy with ``discrete_gripper`` has its last action dim scored by its
+s enters as the policy's features: the normalised state (encoded first with ``policy.state_encoder_dim``),
+then CNN image features with cameras. The encoders are trained by the critic loss and read by the actor
+with stop-gradient; frames are randomly shifted by up to ``image_shift_pad`` pixels in every sampled
+batch (DrQ). ``grad_clip_norm`` clips every network's gradient. RLPD: ``demo_ratio`` of each batch comes
+from demo and intervention steps. A policy with ``discrete_gripper`` has its last action dim scored by its
 own Q-head (close / stay / open), trained here by double DQN (HIL-SERL's grasp critic); the ensemble
 scores the other dims.
 """
@@ -55,6 +56,7 @@ class SACConfig:
     actor_update_every: int = 1    # actor (and temperature) updated every k critic updates
     demo_ratio: float = 0.5        # RLPD: share of each batch drawn from demo + intervention steps (when any)
     image_shift_pad: int = 4       # random-shift augmentation of camera frames, pixels (0: off)
+    grad_clip_norm: float = 0.0    # > 0: clip each network's gradient to this norm (lerobot's default, 40)
 
     def __post_init__(self) -> None:
         if self.num_critics < 2 or not 1 <= self.critic_subset <= self.num_critics:
@@ -66,6 +68,8 @@ class SACConfig:
             raise ValueError(f"algo.tau must be in (0, 1], got {self.tau}")
         if not 0 <= self.demo_ratio < 1:
             raise ValueError(f"algo.demo_ratio must be in [0, 1), got {self.demo_ratio}")
+        if self.grad_clip_norm < 0:
+            raise ValueError(f"algo.grad_clip_norm must be >= 0 (0: off), got {self.grad_clip_norm}")
         if self.actor_update_every < 1:
             raise ValueError(f"algo.actor_update_every must be >= 1, got {self.actor_update_every}")
 
@@ -143,11 +147,15 @@ def gripper_td_target(q_next: torch.Tensor, q_next_target: torch.Tensor, reward:
     return reward + discount * q_next_target.gather(-1, best).squeeze(-1)
 
 
-def optimiser_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: list[torch.Tensor]) -> None:
+def optimiser_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: list[torch.Tensor],
+                   clip_norm: float = 0.0) -> None:
     """One optimiser step on ``loss`` for ``params`` only: gradients for nothing else are computed (the critic
-    the actor loss flows through keeps its own), and no ``zero_grad`` pass is needed."""
+    the actor loss flows through keeps its own), and no ``zero_grad`` pass is needed. ``clip_norm`` > 0 scales
+    the gradient down to that global norm first."""
     for p, g in zip(params, torch.autograd.grad(loss, params)):
         p.grad = g
+    if clip_norm > 0:
+        nn.utils.clip_grad_norm_(params, clip_norm, foreach=True)
     optimizer.step()
 
 
@@ -176,8 +184,10 @@ class SAC:
         self.critic_target.requires_grad_(False)
         self.target_entropy = -act_dim / 2
         self.temperature = Temperature(config.init_temperature, self.target_entropy, config.temperature_lr)
-        encoder = list(policy.encoder.parameters()) if policy.encoder is not None else []
-        self._actor_params = [p for n, p in policy.named_parameters() if not n.startswith(("encoder.", "gripper_q."))]
+        encoder = [p for m in policy.shared_encoders() for p in m.parameters()]
+        gripper = list(policy.gripper_q.parameters()) if policy.gripper_q is not None else []
+        not_actor = {id(p) for p in (*encoder, *gripper)}
+        self._actor_params = [p for p in policy.parameters() if id(p) not in not_actor]
         self._critic_params = [*self.critic.parameters(), *encoder]
         self.actor_opt = torch.optim.Adam(self._actor_params, lr=config.actor_lr, fused=True)
         self.critic_opt = torch.optim.Adam(self._critic_params, lr=config.critic_lr, fused=True)
@@ -238,7 +248,7 @@ class SAC:
             y = gripper_td_target(q_net(next_feat), self.gripper_target(next_feat), reward, discount)
         q = q_net(feat).gather(-1, gripper_class(gripper).unsqueeze(-1)).squeeze(-1)
         loss = F.mse_loss(q, y)
-        optimiser_step(self.gripper_opt, loss, list(q_net.parameters()))
+        optimiser_step(self.gripper_opt, loss, list(q_net.parameters()), self.cfg.grad_clip_norm)
         polyak(self.gripper_target, q_net, self.cfg.tau)
         return loss.item()
 
@@ -261,7 +271,7 @@ class SAC:
             action = action[:, :-1]
         q = self.critic(feat, action)
         critic_loss = ((q - y.unsqueeze(0)) ** 2).mean(dim=1).sum()
-        optimiser_step(self.critic_opt, critic_loss, self._critic_params)
+        optimiser_step(self.critic_opt, critic_loss, self._critic_params, self.cfg.grad_clip_norm)
         polyak(self.critic_target, self.critic, self.cfg.tau)
 
         self.num_updates += 1
@@ -275,7 +285,8 @@ class SAC:
             new_action, log_prob = self.actor.sample_features(feat)
             q_pi = self.critic(feat, new_action).mean(dim=0)
             actor_loss = (alpha * log_prob - q_pi).mean()
-            optimiser_step(self.actor_opt, actor_loss, self._actor_params)  # the critic only passes gradients through
+            # the critic only passes gradients through
+            optimiser_step(self.actor_opt, actor_loss, self._actor_params, self.cfg.grad_clip_norm)
 
             mean_log_prob = log_prob.mean().item()
             self.temperature.update(mean_log_prob)

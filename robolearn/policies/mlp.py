@@ -31,6 +31,9 @@ class MLPPolicyConfig:
     log_std_min: float = -5.0
     log_std_max: float = 2.0
     image_feature_dim: int = 50    # per camera, when the task has cameras (policies.encoders.ImageEncoder)
+    layer_norm: bool = False       # LayerNorm after each hidden layer of the actor (lerobot's SAC actor has it)
+    state_encoder_dim: int = 0     # > 0: the normalised state passes Linear -> LayerNorm -> tanh of this width
+                                   # (lerobot's SAC default, 256), trained by the critic loss as the image encoder
     use_cameras: bool = True       # false: act on the state alone, cameras or not (they may be there for a
                                    # success classifier, task.reward=classifier)
     discrete_gripper: bool = False  # the last action dim is a gripper chosen by a Q-head: close / stay / open
@@ -39,6 +42,8 @@ class MLPPolicyConfig:
     def __post_init__(self) -> None:
         if self.chunk_horizon < 1:
             raise ValueError(f"policy.chunk_horizon must be >= 1, got {self.chunk_horizon}")
+        if self.state_encoder_dim < 0:
+            raise ValueError(f"policy.state_encoder_dim must be >= 0 (0: none), got {self.state_encoder_dim}")
         if not self.hidden_dims or any(h < 1 for h in self.hidden_dims):
             raise ValueError(f"policy.hidden_dims must be positive sizes, got {self.hidden_dims}")
         if self.log_std_min >= self.log_std_max:
@@ -118,11 +123,16 @@ class ObsNormaliser(nn.Module):
         return out
 
 
-def mlp(sizes: list[int]) -> nn.Sequential:
+def mlp(sizes: list[int], layer_norm: bool = False, norm_last: bool = False) -> nn.Sequential:
+    """Linear layers with ReLU between them (none after the last); ``layer_norm`` puts a LayerNorm after each
+    hidden layer, before its ReLU (and after the last one too with ``norm_last``)."""
     layers: list[nn.Module] = []
     for i in range(len(sizes) - 1):
         layers.append(nn.Linear(sizes[i], sizes[i + 1]))
-        if i < len(sizes) - 2:
+        last = i == len(sizes) - 2
+        if layer_norm and (not last or norm_last):
+            layers.append(nn.LayerNorm(sizes[i + 1]))
+        if not last:
             layers.append(nn.ReLU())
     return nn.Sequential(*layers)
 
@@ -141,7 +151,8 @@ class GaussianChunkPolicy(nn.Module):
 
     Observations: a state tensor (B, S), or a dict {"state": (B, S), <camera>: uint8 (B, H, W, 3), ...}.
     With cameras the policy owns an ``ImageEncoder``; its features are concatenated to the normalised
-    state (``features``), and SAC shares that encoder with the critic.
+    state (``features``), and SAC shares that encoder with the critic. With ``state_encoder_dim`` the
+    normalised state is encoded first (Linear, LayerNorm, tanh), also shared with the critic.
 
     ``discrete_gripper`` (HIL-SERL): the Gaussian covers the other action dims (``continuous_dim``); the
     last one is a gripper command chosen by ``gripper_q`` (B, 3) over GRIPPER_LEVELS (normalised close,
@@ -159,18 +170,26 @@ class GaussianChunkPolicy(nn.Module):
         self.normalise = ObsNormaliser(obs_spec)
         cameras = image_keys(obs_spec) and config.use_cameras
         self.encoder = ImageEncoder(obs_spec, config.image_feature_dim) if cameras else None
-        self.feature_dim = self.obs_dim + (self.encoder.out_dim if self.encoder is not None else 0)
-        self.trunk = mlp([self.feature_dim, *config.hidden_dims])
+        d = config.state_encoder_dim
+        self.state_encoder = nn.Sequential(nn.Linear(self.obs_dim, d), nn.LayerNorm(d), nn.Tanh()) if d else None
+        self.feature_dim = (d or self.obs_dim) + (self.encoder.out_dim if self.encoder is not None else 0)
+        self.trunk = mlp([self.feature_dim, *config.hidden_dims], config.layer_norm, norm_last=True)  # ReLU in head
         self.gaussian = nn.Linear(config.hidden_dims[-1], 2 * out)  # the mean, then the log std before squashing
         self.gripper_q = mlp([self.feature_dim, *config.hidden_dims, 3]) if config.discrete_gripper else None
 
     def features(self, obs: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
-        """(B, F): the normalised state, then the image features if the policy has cameras."""
+        """(B, F): the normalised (and maybe encoded) state, then the image features if the policy has cameras."""
         state = obs if isinstance(obs, torch.Tensor) else obs["state"]
         feat = self.normalise(state)
+        if self.state_encoder is not None:
+            feat = self.state_encoder(feat)
         if self.encoder is not None:
             feat = torch.cat([feat, self.encoder(obs)], dim=-1)
         return feat
+
+    def shared_encoders(self) -> list[nn.Module]:
+        """The encoders SAC trains with the critic loss (the actor reads their features with stop-gradient)."""
+        return [m for m in (self.state_encoder, self.encoder) if m is not None]
 
     def head(self, feat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, F) features -> the Gaussian's mean and log std, each (B, H * A)."""

@@ -99,6 +99,7 @@ class RealTaskConfig:
     kinematics: str = "so101_arm.xml"  # the arm's MJCF (robolearn/sim/assets, or a path) for its kinematics
     cameras: list[str] = field(default_factory=list)        # observation images: robot cameras / twin cameras
     camera_size: int = 96              # the twin's rendered images (square, pixels)
+    camera_shadows: bool = True        # the twin's images with shadows (false: ~12x cheaper to render)
     twin: str = "reach"                # robot=sim_so101: the sim task whose scene the twin runs
     scene_state: bool = False          # twin only: the scene's state features (e.g. the target's position) too,
                                        # as a tracker would give them on hardware; its success stays hidden
@@ -174,7 +175,8 @@ class RealTaskEnv:
         self.scene = None
         if robot is None or isinstance(robot, SimSO101Config):  # the twin: a sim task's scene, success hidden
             entry = lookup("task", task.twin)
-            twin_cfg = entry.config_cls(cameras=list(task.cameras), camera_size=task.camera_size)
+            twin_cfg = entry.config_cls(cameras=list(task.cameras), camera_size=task.camera_size,
+                                        camera_shadows=task.camera_shadows)
             self.scene = entry.factory(twin_cfg, robot or SimSO101Config())
             self.robot: Robot = self.scene.robot
         else:
