@@ -79,10 +79,11 @@ def main() -> None:
         report = json.loads((work / "classifier" / "classifier.json").read_text())["report"]
         held = report["held_out"]
         print(f"held-out frames: {held['frames']}\nheld-out episodes: {held['episodes']}", flush=True)
-        # the policy acts on the state in both (policy.use_cameras=false): only the reward differs
-        classifier = [*CAMERA, "policy.use_cameras=false", "task.reward=classifier",
-                      f"task.classifier={work / 'classifier'}", "teleop.labels=false"]
+        classifier = [*CAMERA, "task.reward=classifier", f"task.classifier={work / 'classifier'}",
+                      "teleop.labels=false"]
         arms = {"sim_reward": [*TWIN], "classifier": [*TWIN, *classifier]}
+        # the policy acts on the state in both (the cameras are the classifier's): only the reward differs
+        policy = {"sim_reward": [], "classifier": ["policy.use_cameras=false"]}
         for arm in [] if args.classifier_only else arms:  # the same 20 expert episodes for both, with each arm's
             # observation and reward source
             robolearn(["record", *arms[arm], "episodes=20", "seed=60000", f"out={work / f'demos-{arm}'}"], work,
@@ -92,8 +93,9 @@ def main() -> None:
             for arm, overrides in arms.items():
                 name = f"{arm}-{seed}"
                 demos = work / f"demos-{arm}"
-                robolearn(["run", *overrides, f"seed={seed}", f"run_name={name}", f"learner.demos={demos}",
-                           "learner.utd_ratio=4", f"budget.env_steps={args.env_steps}", "budget.minutes=40",
+                robolearn(["run", *overrides, *policy[arm], f"seed={seed}", f"run_name={name}",
+                           f"learner.demos={demos}", "learner.utd_ratio=4", f"budget.env_steps={args.env_steps}",
+                           "budget.minutes=40",
                            "runtime.live_console=false"], work, f"run {name}")
                 run_dir = work / "runs" / name
                 summary = json.loads((run_dir / "summary.json").read_text())
