@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robolearn.buffer.lerobot_io import lerobot_features, lerobot_frame
+from robolearn.buffer.lerobot_io import lerobot_features, lerobot_frame, save_episode
 from robolearn.hardware.task import TaskEnv
 
 
@@ -69,7 +69,7 @@ def record(env: TaskEnv, episodes: int, root: Path, repo_id: str, fps: int, seed
                                        episode_task))
             obs = next_obs
             frames += 1
-        ds.save_episode()
+        save_episode(ds)
         successes += int(bool(info.get("success")))
     ds.finalize()
     return RecordResult(episodes + near_misses, frames, successes, root)

@@ -93,6 +93,23 @@ def test_export_filters_successes_and_interventions(tmp_path):
         export_lerobot(buf, tmp_path / "x", "local/x", only="failures")
 
 
+def test_one_step_episodes_export_beside_longer_ones(tmp_path):
+    """Ten one-step intervention runs (lerobot writes episode metadata ten at a time), then a three-step one:
+    lerobot alone cannot append the longer episode's statistics to the file the short ones created (its min / max
+    dtypes differ with the length); all of them load, in order."""
+    buf = ReplayBuffer(tmp_path / "buffer", OBS, ACT)
+    for k in range(10):
+        buf.add("r", batch(0, 2 * k, 1))
+        buf.add("r", batch(0, 2 * k + 1, 1, intervention=True))
+    buf.add("r", batch(0, 20, 1))
+    buf.add("r", batch(0, 21, 3, intervention=True))
+    buf.add("r", batch(0, 24, 1, end="terminated", success=True))
+    assert export_lerobot(buf, tmp_path / "iv", "local/iv", only="interventions") == 11
+    ds, frames = _load(tmp_path / "iv", "local/iv")
+    assert [int(f["observation.state"][1]) for f in frames] == [*range(1, 20, 2), 21, 22, 23]
+    assert [int(f["episode_index"]) for f in frames] == [*range(10), 10, 10, 10]
+
+
 def test_import_names_a_missing_observation(dataset, tmp_path):
     buf = ReplayBuffer(tmp_path / "buffer", OBS.__class__({**OBS.arrays, "wrist": OBS.arrays["front"]}), ACT)
     with pytest.raises(SpecError, match="wrist"):

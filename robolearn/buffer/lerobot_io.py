@@ -66,6 +66,31 @@ def lerobot_frame(obs_spec: ObservationSpec, obs: dict[str, np.ndarray], action:
     return frame
 
 
+def save_episode(ds) -> None:
+    """``ds.save_episode()`` (a ``LeRobotDataset``), with every episode's min / max statistics in float64 whatever
+    its length. lerobot keeps a one-frame episode's min / max in the feature's own dtype (bool, int64) but gives
+    longer episodes float64 ones, and parquet then refuses to append the one kind to a file of the other ("Table
+    schema does not match schema used to create file"): a one-step intervention run, or an episode a success
+    classifier ended at its first frame, could not be saved next to the others."""
+    import lerobot.datasets.dataset_writer as writer
+
+    compute = writer.compute_episode_stats
+
+    def float_extrema(*args, **kwargs) -> dict:
+        stats = compute(*args, **kwargs)
+        for feature in stats.values():
+            for key in ("min", "max"):
+                if key in feature:
+                    feature[key] = np.asarray(feature[key], np.float64)
+        return stats
+
+    writer.compute_episode_stats = float_extrema
+    try:
+        ds.save_episode()
+    finally:
+        writer.compute_episode_stats = compute
+
+
 def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
     """[start, end) of each run of True in ``mask``."""
     edges = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
@@ -95,7 +120,7 @@ def export_lerobot(buffer: ReplayBuffer, root: str | Path, repo_id: str = "robol
                 ds.add_frame(lerobot_frame(buffer.obs_spec, obs, d["action"][i], float(d["reward"][i]),
                                            bool(d["terminated"][i]), bool(i == n - 1 and ep.success),
                                            bool(d["intervention"][i]), task))
-            ds.save_episode()
+            save_episode(ds)
             count += 1
     ds.finalize()
     return count
