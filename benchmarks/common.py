@@ -71,7 +71,9 @@ def eval_success(run_dir: Path, episodes: int, seed: int) -> dict:
     """``robolearn eval``'s deterministic evaluation of a run's latest checkpoint on ``episodes`` seeds from
     ``seed``, in this process: success rate, mean return, the checkpoint's policy version."""
     from robolearn.evaluate import evaluate
+    from robolearn.runtime.builtins import register_builtins
 
+    register_builtins()  # as the CLI's entry point does (idempotent)
     return evaluate(run_dir, episodes=episodes, seed=seed, deterministic=True)
 
 
