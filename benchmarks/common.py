@@ -22,10 +22,12 @@ def machine() -> dict:
 
 
 def commit() -> str:
-    """The commit the code under test was at, with ``+dirty`` when the work tree had uncommitted changes."""
+    """The commit the code under test was at, with ``+dirty`` when the work tree had uncommitted changes (results
+    files aside: a benchmark run before this one in the same checkout rewrote its own)."""
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                           text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                            f":!{RESULTS.relative_to(Path(__file__).parent.parent)}"], capture_output=True,
+                           text=True, cwd=Path(__file__).parent.parent).stdout.strip()
     return f"{head}+dirty" if dirty else head
 
 
