@@ -216,7 +216,8 @@ def summary(rtts: list[float], round_medians: list[float]) -> dict:
     ms = np.asarray(rtts) * 1e3
     return {"n": len(ms), "median_ms": round(float(np.median(ms)), 3), "p99_ms": round(float(np.quantile(ms, 0.99)), 3),
             "min_ms": round(float(ms.min()), 3), "max_ms": round(float(ms.max()), 3),
-            "round_median_ms_min_max": [round(min(round_medians) * 1e3, 3), round(max(round_medians) * 1e3, 3)]}
+            "round_median_ms_min_max": [round(min(round_medians) * 1e3, 3), round(max(round_medians) * 1e3, 3)],
+            "round_median_ms": [round(m * 1e3, 3) for m in round_medians]}
 
 
 def wait_for_file(path: Path, proc: subprocess.Popen, what: str) -> None:

@@ -175,8 +175,8 @@ class SAC:
         self.actor = policy
         act_dim = policy.horizon * policy.continuous_dim  # a discrete gripper has its own Q-head
         # the critics read the policy's features: its state normaliser (its running statistics updated at the top
-        # of each update) and, with cameras, its image encoder, which the critic loss trains (the actor sees the
-        # features with stop-gradient)
+        # of each update), its state encoder if it has one and, with cameras, its image encoder; the critic loss
+        # trains the encoders (the actor sees the features with stop-gradient)
         self.critic = EnsembleCritic(policy.feature_dim, act_dim, config.num_critics, config.critic_hidden_dims)
         self.critic_target = EnsembleCritic(policy.feature_dim, act_dim, config.num_critics,
                                             config.critic_hidden_dims)
