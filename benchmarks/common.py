@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
@@ -80,10 +81,11 @@ def eval_success(run_dir: Path, episodes: int, seed: int) -> dict:
 
 
 def run_until_success(overrides: list[str], name: str, workdir: Path, target: float, cap_minutes: float,
-                      label: str = "") -> dict:
+                      label: str = "", stop: bool = True, each_second: Callable[[float], None] | None = None) -> dict:
     """Launch ``robolearn run <overrides>`` and watch its learner metrics each second; when success over the
     last 50 episodes first reaches ``target`` (with at least 50 episodes) stop it with SIGINT, as a person
-    would. Minutes count from launching the command (start-up included)."""
+    would (``stop=False``: let it run to ``cap_minutes``). Minutes count from launching the command (start-up
+    included). ``each_second`` is called with the launch time after each look."""
     metrics = workdir / "runs" / name / "metrics.jsonl"
     t0 = time.time()
     proc = subprocess.Popen([str(ROBOLEARN), "run", *overrides, f"run_name={name}", f"budget.minutes={cap_minutes}",
@@ -92,6 +94,8 @@ def run_until_success(overrides: list[str], name: str, workdir: Path, target: fl
     reached, last, curve, last_print = None, {}, [], 0.0
     while proc.poll() is None:
         time.sleep(1.0)
+        if each_second is not None:
+            each_second(t0)
         if not metrics.exists():
             continue
         for line in metrics.read_text().splitlines()[len(curve):]:
@@ -103,7 +107,8 @@ def run_until_success(overrides: list[str], name: str, workdir: Path, target: fl
             if reached is None and rec["episodes"] >= 50 and rec["success_rate_50"] >= target:
                 reached = {"minutes": (rec["time"] - t0) / 60, "env_steps": rec["env_steps"],
                            "episodes": rec["episodes"], "updates": rec["updates"]}
-                proc.send_signal(signal.SIGINT)
+                if stop:
+                    proc.send_signal(signal.SIGINT)
         if time.time() - last_print >= 15:
             last_print = time.time()
             print(f"  {label or name}: {(time.time() - t0) / 60:4.1f} min, steps {last.get('env_steps', 0)}, "

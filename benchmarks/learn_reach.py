@@ -21,17 +21,14 @@ never evaluate at 90% within ``--minutes`` counts as not reached.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import ROBOLEARN, eval_success, goal, run_command, write_result  # noqa: E402
+from common import eval_success, goal, run_command, run_until_success, write_result  # noqa: E402
 
 GOAL_MINUTES = 5.0
 TARGET = 0.9
@@ -43,38 +40,24 @@ def run_with_snapshots(seed: int, minutes: float, workdir: Path) -> tuple[list[d
     ([{"minutes", "dir"}]) and when the rolling training success first reached 90% (or None)."""
     name = f"bench-reach-s{seed}"
     run_dir = workdir / "runs" / name
-    ckpt, metrics = run_dir / "checkpoints" / "latest.pt", run_dir / "metrics.jsonl"
-    t0 = time.time()
-    proc = subprocess.Popen([str(ROBOLEARN), "run", "task=reach", f"seed={seed}", f"run_name={name}",
-                             f"budget.minutes={minutes}", "learner.checkpoint_every_s=10",
-                             "runtime.live_console=false"],
-                            cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ckpt = run_dir / "checkpoints" / "latest.pt"
     snapshots: list[dict] = []
-    rolling, seen_mtime, lines, last_print = None, 0.0, 0, 0.0
-    while proc.poll() is None:
-        time.sleep(0.5)
-        if ckpt.exists() and ckpt.stat().st_mtime != seen_mtime:
-            seen_mtime = ckpt.stat().st_mtime
+    seen_mtime = [0.0]
+
+    def copy_a_new_checkpoint(t0: float) -> None:
+        if ckpt.exists() and ckpt.stat().st_mtime != seen_mtime[0]:
+            seen_mtime[0] = ckpt.stat().st_mtime
             snap = workdir / "snapshots" / name / f"{len(snapshots):03d}"
             (snap / "checkpoints").mkdir(parents=True)
             shutil.copy2(run_dir / "config.yaml", snap / "config.yaml")
             shutil.copy2(ckpt, snap / "checkpoints" / "latest.pt")  # written atomically: whole, old or new
-            snapshots.append({"minutes": (seen_mtime - t0) / 60, "dir": snap})
-        if metrics.exists():
-            records = metrics.read_text().splitlines()
-            for line in records[lines:]:
-                rec = json.loads(line)
-                if rolling is None and rec["episodes"] >= 50 and rec["success_rate_50"] >= TARGET:
-                    rolling = {"minutes": (rec["time"] - t0) / 60, "env_steps": rec["env_steps"],
-                               "updates": rec["updates"]}
-            lines = len(records)
-        if time.time() - last_print >= 30:
-            last_print = time.time()
-            print(f"  seed {seed}: {(time.time() - t0) / 60:4.1f} min, {len(snapshots)} checkpoints", flush=True)
-    out = proc.stdout.read()
-    if proc.returncode != 0:
-        raise RuntimeError(f"robolearn run (seed {seed}) exited with {proc.returncode}:\n{out[-3000:]}")
-    return snapshots, rolling
+            snapshots.append({"minutes": (seen_mtime[0] - t0) / 60, "dir": snap})
+
+    run = run_until_success(["task=reach", f"seed={seed}", "learner.checkpoint_every_s=10"], name, workdir, TARGET,
+                            minutes, label=f"seed {seed}", stop=False, each_second=copy_a_new_checkpoint)
+    if run["exit_code"] != 0:
+        raise RuntimeError(f"robolearn run (seed {seed}) exited with {run['exit_code']}")
+    return snapshots, run["reached"]
 
 
 def first_at_target(snapshots: list[dict], seed: int, episodes: int) -> tuple[dict | None, list[dict]]:
