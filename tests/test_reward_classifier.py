@@ -166,3 +166,40 @@ def test_the_twin_takes_its_reward_from_the_classifier_and_the_person_overrides_
         RealTaskEnv(RealTaskConfig(reward="classifier", classifier=str(out)))
     with pytest.raises(ValueError, match="holds none"):
         RealTaskConfig(reward="classifier", classifier=str(tmp_path))
+
+
+def test_a_classifier_reads_its_state_values_by_name_from_another_tasks_state(dataset, tmp_path):
+    """Trained on reach's recordings with the joint positions and the tip (what a real arm measures), it finds those
+    values by name in the twin's longer state, and never reads the scene's target that sits beside them."""
+    from robolearn.rewards.training import select_state
+
+    report = train_and_save(dataset, tmp_path / "s", TrainConfig(epochs=1, threshold=0.5, state=("*.pos", "tip.*")))
+    model = load_classifier(tmp_path / "s")
+    joints = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
+    assert model.spec.state_names == (*(f"{j}.pos" for j in joints), "tip.x", "tip.y", "tip.z")
+    assert model.spec.state_dim == 9 and report["config"]["state"] == ["*.pos", "tip.*"]
+    env = RealTaskEnv(RealTaskConfig(reward="classifier", classifier=str(tmp_path / "s"), cameras=["wrist"],
+                                     camera_size=32, scene_state=True))
+    names = env.observation_spec.arrays["state"].names
+    assert env.classifier.state_index.tolist() == [names.index(n) for n in model.spec.state_names]
+    frames = load_frames(dataset)  # a recorded frame, its values placed where the twin's state has them
+    state = np.array([frames.state[0][frames.state_names.index(n)] for n in names], np.float32)
+    obs = {"wrist": frames.images["wrist"][0], "state": state}
+    base = env.classifier.probability(obs)
+    assert 0.0 < base < 1.0
+    for i, name in enumerate(names):  # only the classifier's own values move its answer
+        moved = {**obs, "state": obs["state"].copy()}
+        moved["state"][i] = 50.0
+        if name.startswith("target."):
+            assert env.classifier.probability(moved) == base, name
+    moved = {**obs, "state": obs["state"].copy()}
+    moved["state"][names.index("tip.x")] += 0.05
+    assert env.classifier.probability(moved) != base
+    with pytest.raises(ValueError, match=r"\['nope\.\*'\] match no element"):
+        select_state(names, ("tip.*", "nope.*"))
+    from robolearn.specs import ArraySpec, ObservationSpec
+
+    short = ObservationSpec({"wrist": ArraySpec((32, 32, 3), dtype="uint8"),
+                             "state": ArraySpec((2,), names=("tip.x", "tip.y"))})
+    with pytest.raises(ValueError, match="lacks"):
+        model.check_observation(short)

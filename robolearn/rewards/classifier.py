@@ -10,7 +10,10 @@ channel (Levine et al. 2016): each of K channels gives the expected image positi
     (x_k, y_k) = sum_ij softmax_ij(f_k / T) * (u_j, v_i),        u, v in [-1, 1]
 
 so where the gripper is relative to the target is two coordinates, not something a projection must untangle. Both
-are trained here from scratch. The state part is optional (``state_dim`` 0: images only); its standardisation is
+are trained here from scratch. The state part is optional (``state_dim`` 0: images only): the elements of the
+observation's ``state`` named ``state_names`` (e.g. the joint positions and the tip's forward kinematics, what a
+real arm knows from its encoders; never a simulator's privileged target), looked up by name in the task's state, so
+a classifier trained on one task's recordings reads the same quantities in another's. Their standardisation is
 fitted on the training frames and stored with the weights.
 
 On disk a classifier is a folder: ``model.safetensors`` (tensors only) and ``classifier.json`` (what to build,
@@ -67,7 +70,7 @@ class ClassifierSpec:
 
     cameras: tuple[str, ...]
     image_shape: tuple[int, int, int]        # (H, W, 3), every camera
-    state_dim: int = 0                       # 0: images only
+    state_dim: int = 0                       # 0: images only; else len(state_names) when the dataset named them
     feature_dim: int = 32                    # per camera
     hidden: int = 128
     threshold: float = 0.5
@@ -77,6 +80,9 @@ class ClassifierSpec:
     def __post_init__(self) -> None:
         if not self.cameras:
             raise ValueError("a success classifier needs at least one camera")
+        if self.state_names and len(self.state_names) != self.state_dim:
+            raise ValueError(f"the classifier's state_names {list(self.state_names)} are not its {self.state_dim} "
+                             "state values")
         if self.encoder not in ENCODERS:
             raise ValueError(f"the classifier encoder must be one of {ENCODERS}, got {self.encoder!r}")
         if not 0.0 < self.threshold < 1.0:
@@ -94,9 +100,13 @@ class SuccessClassifier(nn.Module):
         self.register_buffer("state_std", torch.ones(spec.state_dim))
         self.head = nn.Sequential(nn.Linear(self.encoder.out_dim + spec.state_dim, spec.hidden), nn.ReLU(),
                                   nn.Linear(spec.hidden, spec.hidden), nn.ReLU(), nn.Linear(spec.hidden, 1))
+        # where its state values sit in the task's state vector (check_observation finds them by name); None:
+        # the task's state is exactly the classifier's
+        self.state_index: np.ndarray | None = None
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Images uint8 (B, H, W, 3) per camera [and ``state`` (B, S)] -> logits (B,)."""
+        """Images uint8 (B, H, W, 3) per camera [and ``state`` (B, state_dim): the classifier's own elements, in
+        ``state_names`` order] -> logits (B,)."""
         features = [self.encoder(obs)]
         if self.spec.state_dim:
             features.append((obs["state"].float() - self.state_mean) / self.state_std)
@@ -107,11 +117,13 @@ class SuccessClassifier(nn.Module):
         """P(success) of one observation (the task's arrays)."""
         batch = {c: torch.from_numpy(np.ascontiguousarray(obs[c]))[None] for c in self.spec.cameras}
         if self.spec.state_dim:
-            batch["state"] = torch.from_numpy(np.asarray(obs["state"], np.float32))[None]
+            state = np.asarray(obs["state"], np.float32)
+            batch["state"] = torch.from_numpy(state if self.state_index is None else state[self.state_index])[None]
         return float(torch.sigmoid(self(batch))[0])
 
     def check_observation(self, obs_spec: ObservationSpec) -> None:
-        """ValueError naming what an observation with ``obs_spec`` lacks for this classifier."""
+        """ValueError naming what an observation with ``obs_spec`` lacks for this classifier; finds where its state
+        values are in that observation's state (by name; the first of a repeated name)."""
         for cam in self.spec.cameras:
             have = obs_spec.arrays.get(cam)
             if have is None:
@@ -121,13 +133,19 @@ class SuccessClassifier(nn.Module):
                 raise ValueError(f"the success classifier was trained on {cam} images of shape "
                                  f"{tuple(self.spec.image_shape)}, the task gives {tuple(have.shape)} "
                                  "(task.camera_size)")
+        self.state_index = None
+        if not self.spec.state_dim:
+            return
         state = obs_spec.arrays["state"]
-        if self.spec.state_dim and state.shape != (self.spec.state_dim,):
+        if self.spec.state_names and state.names:
+            missing = [n for n in self.spec.state_names if n not in state.names]
+            if missing:
+                raise ValueError(f"the success classifier takes state values {missing}, which the task's state lacks "
+                                 f"(it has {list(state.names)})")
+            self.state_index = np.array([state.names.index(n) for n in self.spec.state_names])
+        elif state.shape != (self.spec.state_dim,):
             raise ValueError(f"the success classifier takes a state of {self.spec.state_dim} values, the task's has "
                              f"{state.shape[0]}")
-        if self.spec.state_dim and self.spec.state_names and state.names and state.names != self.spec.state_names:
-            raise ValueError(f"the success classifier's state is {list(self.spec.state_names)}, the task's "
-                             f"{list(state.names)}")
 
 
 def save_classifier(model: SuccessClassifier, folder: Path, report: dict[str, Any]) -> None:

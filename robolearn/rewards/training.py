@@ -14,13 +14,17 @@ highest (the largest min of the two; the higher threshold on a tie). The held-ou
 seen by either.
 Split: whole episodes are held out (``holdout`` of the successful ones and of the failed ones, at least one
 of each), so no held-out frame has a near-duplicate neighbour in training. Loss: binary cross-entropy, Adam,
-images shifted by up to ``shift`` pixels (random shift, default 4) in training. Reported on the held-out episodes: frame
+images shifted by up to ``shift`` pixels (random shift, default 4) in training. State (``state``): the elements of
+``observation.state`` whose names match the given patterns, e.g. the joint positions and the tip position
+(``*.pos``, ``tip.*``), what a real arm measures; leave out what only a simulator knows (the target's position would
+make the classifier a distance test that no camera has to pass). Reported on the held-out episodes: frame
 precision and recall at the threshold, and episode precision and recall (an episode is called a success when
 any of its frames is).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -39,7 +43,8 @@ LABEL = "next.success"
 @dataclass
 class TrainConfig:
     cameras: tuple[str, ...] = ()      # empty: every camera of the dataset
-    use_state: bool = False            # also feed observation.state
+    state: tuple[str, ...] = ()        # observation.state elements to feed too: names or fnmatch patterns
+                                       # ("*.pos", "tip.*"; "*": all); empty: images only
     epochs: int = 15
     batch_size: int = 64
     lr: float = 3e-4
@@ -104,6 +109,20 @@ def load_frames(root: Path, cameras: tuple[str, ...] = ()) -> LabelledFrames:
     return LabelledFrames({c: np.stack(v) for c, v in images.items()}, np.stack(state).astype(np.float32),
                           shows_success(np.array(label), np.array(episode)), np.array(episode),
                           tuple(names) if isinstance(names, list) else ())
+
+
+def select_state(names: tuple[str, ...], patterns: tuple[str, ...]) -> np.ndarray:
+    """Indices of the state elements whose names match any of ``patterns`` (fnmatch), in the state's order;
+    ValueError naming a pattern that matches nothing, or patterns on a state without names."""
+    if not patterns:
+        return np.zeros(0, np.int64)
+    if not names:
+        raise ValueError("the dataset's observation.state has no element names to select from; use state '*' "
+                         "(all of it) or record names with it")
+    unmatched = [p for p in patterns if not fnmatch.filter(names, p)]
+    if unmatched:
+        raise ValueError(f"state pattern(s) {unmatched} match no element of observation.state {list(names)}")
+    return np.array([i for i, n in enumerate(names) if any(fnmatch.fnmatchcase(n, p) for p in patterns)])
 
 
 def shows_success(next_success: np.ndarray, episode: np.ndarray) -> np.ndarray:
@@ -199,12 +218,16 @@ def train_classifier(frames: LabelledFrames, config: TrainConfig,
     if not config.threshold:
         train, validation = split_episodes(frames, config.validation, config.seed + 1, within=train)
     cameras = tuple(frames.images)
-    state_dim = frames.state.shape[1] if config.use_state else 0
-    spec = ClassifierSpec(cameras, tuple(frames.images[cameras[0]].shape[1:]), state_dim, config.feature_dim,
-                          config.hidden, config.threshold or 0.5, frames.state_names if config.use_state else (),
-                          config.encoder)
+    if config.state == ("*",) and not frames.state_names:  # all of an unnamed state
+        columns, names = np.arange(frames.state.shape[1]), ()
+    else:
+        columns = select_state(frames.state_names, config.state)
+        names = tuple(frames.state_names[i] for i in columns)
+    frames = replace(frames, state=frames.state[:, columns])
+    spec = ClassifierSpec(cameras, tuple(frames.images[cameras[0]].shape[1:]), len(columns), config.feature_dim,
+                          config.hidden, config.threshold or 0.5, names, config.encoder)
     model = SuccessClassifier(spec)
-    if state_dim:
+    if spec.state_dim:
         model.state_mean.copy_(torch.from_numpy(frames.state[train].mean(0)))
         model.state_std.copy_(torch.from_numpy(frames.state[train].std(0) + 1e-3))
     optim = torch.optim.Adam(model.parameters(), lr=config.lr)

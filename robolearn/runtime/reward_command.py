@@ -28,7 +28,10 @@ def main(argv: list[str]) -> int:
     train.add_argument("dataset", type=Path, help="a LeRobotDataset v3 folder (robolearn record, buffer export)")
     train.add_argument("--out", type=Path, required=True, help="a new folder for the classifier")
     train.add_argument("--cameras", default="", help="comma-separated cameras to use (default: all)")
-    train.add_argument("--use-state", action="store_true", help="also feed observation.state")
+    train.add_argument("--state", default="",
+                       help="comma-separated observation.state element names or patterns to feed too, e.g. "
+                            "'*.pos,tip.*' (joint positions and the tip: what a real arm measures); '*': all of it")
+    train.add_argument("--use-state", action="store_true", help="the same as --state '*'")
     train.add_argument("--epochs", type=int, default=TrainConfig.epochs)
     train.add_argument("--holdout", type=float, default=TrainConfig.holdout,
                        help="share of successful and of failed episodes held out for the report")
@@ -50,14 +53,17 @@ def main(argv: list[str]) -> int:
         report = read_report(args.folder)
         if args.json:
             print(json.dumps({"cameras": list(spec.cameras), "image_shape": list(spec.image_shape),
-                              "state_dim": spec.state_dim, "threshold": spec.threshold, "report": report}))
+                              "state_dim": spec.state_dim,
+                              "state_names": list(spec.state_names), "threshold": spec.threshold, "report": report}))
         else:
-            print(f"cameras {list(spec.cameras)} {list(spec.image_shape)}, state {spec.state_dim or 'not used'}, "
+            print(f"cameras {list(spec.cameras)} {list(spec.image_shape)}, "
+                  f"state {list(spec.state_names) or spec.state_dim or 'not used'}, "
                   f"threshold {spec.threshold}; trained on {report.get('dataset')}")
             _print_scores(report)
         return 0
     try:
-        config = TrainConfig(cameras=tuple(c for c in args.cameras.split(",") if c), use_state=args.use_state,
+        state = ("*",) if args.use_state else tuple(p for p in args.state.split(",") if p)
+        config = TrainConfig(cameras=tuple(c for c in args.cameras.split(",") if c), state=state,
                              epochs=args.epochs, holdout=args.holdout, threshold=args.threshold, seed=args.seed,
                              encoder=args.encoder, shift=args.shift)
         report = train_and_save(args.dataset, args.out, config)
