@@ -20,6 +20,15 @@ class ScriptedRunner:
 
     def __init__(self):
         self.requests = []
+        self.trunk_saw = []  # two-stage: (request id, its observation's state, whether a mid observation was there)
+
+    def run_trunk(self, requests):
+        self.trunk_saw += [(r.request_id, r.observation["state"][0], r.mid_observation is not None) for r in requests]
+        return "features"
+
+    def run_head(self, requests, trunk):
+        assert trunk == "features"
+        return self.run(requests)
 
     def run(self, requests):
         out = []
@@ -212,6 +221,8 @@ def test_two_stage_request_gets_the_mid_observation_d_rl_ticks_before_the_chunk_
     for r in later:
         assert r.mid_tick == r.tick + delay - d_rl
         assert r.mid_observation["state"][0] == r.mid_tick and r.observation["state"][0] == r.tick
+    # the trunk ran on each two-stage request when it was made: on its first observation, before any mid one
+    assert runner.trunk_saw == [(r.request_id, r.tick, False) for r in later]
     # the chunk still arrives after the whole delay
     assert set(ex.metrics.delays) == {delay}
 

@@ -91,3 +91,47 @@ def test_mid_observation_chunk_starts_at_the_mid_state_and_keeps_the_remaining_p
     same = policy.predict_chunk({"state": first}, prefix, np.array([3, 3]), mid_observations={"state": first},
                                 mid_offsets=np.array([0, 0]))
     np.testing.assert_allclose(one, same, atol=1e-6)
+
+
+def test_two_stage_trunk_never_sees_the_mid_observation_and_the_head_does():
+    """Late binding is honest only if the mid state reaches the light head alone: perturbing it leaves the trunk's
+    features bit-identical (captured from inside the serving call) while the chunk changes."""
+    from robolearn.inference.protocol import ChunkRequest
+    from robolearn.inference.runner import ChunkPolicyRunner
+
+    env = ReachEnv()
+    policy = tiny_policy(env, mid_observation=True, head_dims=[16])
+    seen = []
+    policy.trunk.register_forward_hook(lambda module, inputs, output: seen.append(output.clone()))
+    first = np.random.default_rng(0).uniform(-1, 1, 18).astype(np.float32)
+    prefix = np.random.default_rng(1).uniform(-1, 1, (3, 6)).astype(np.float32)
+    runner = ChunkPolicyRunner(policy, env.observation_spec, 6)
+    chunks = []
+    for shift in (0.0, 0.5):
+        req = ChunkRequest(0, 10, {"state": first}, prefix, planned_delay=3, mid_ticks=1)
+        trunk = runner.run_trunk([req])  # at request time: no mid observation exists yet
+        req.mid_observation, req.mid_tick = {"state": first + shift}, 12
+        torch.manual_seed(3)
+        chunks.append(runner.run_head([req], trunk)[0])
+    assert len(seen) == 2 and torch.equal(seen[0], seen[1])
+    assert not np.allclose(chunks[0].actions, chunks[1].actions)
+    assert chunks[0].chunk_start == 12 and chunks[0].prefix_len == 1  # anchored at the mid tick
+    np.testing.assert_allclose(chunks[0].actions[:1], prefix[2:3], atol=1e-6)
+    flops = policy.trunk_head_flops()
+    assert flops["trunk"] > 0 and flops["head"] > 0 and 0 < flops["head_share"] < 1
+
+
+def test_the_delay_sweeps_two_stage_head_is_at_most_one_sixth_of_the_compute():
+    """At the sweep's largest delay, d = 6 with mid_ticks = 1, late binding is real only if the head is <= 1/6."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    from delay_sweep import DELAYS, TWO_STAGE, make_policy
+
+    from robolearn.sim.cube_tasks import PushCubeEnv
+
+    env = PushCubeEnv()
+    share = make_policy(env, TWO_STAGE, seed=0).trunk_head_flops()["head_share"]
+    env.close()
+    assert share <= 1 / max(DELAYS), share

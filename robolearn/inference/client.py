@@ -4,9 +4,10 @@
     poll(tick) -> [resp]   the responses that have arrived by control tick ``tick``
     close()
 
-The in-process clients also take two-stage requests (``request.mid_ticks > 0``, ARLI late binding):
-``submit_mid(request_id, tick, observation)`` hands over the mid-inference observation and the policy
-finishes the chunk with it; they say so with ``takes_mid_observation = True``.
+The in-process clients also take two-stage requests (``request.mid_ticks > 0``, ARLI late binding): the
+policy's trunk runs on the request as it is submitted, ``submit_mid(request_id, tick, observation)`` hands over
+the mid-inference observation and the policy's head alone finishes the chunk with it
+(``ChunkPolicyRunner.run_trunk`` / ``run_head``); they say so with ``takes_mid_observation = True``.
 
 ``SimulatedLatencyClient``: evaluates the policy at once and releases the answer ``clock.inference_ticks()``
 ticks later (deterministic for a seed; runs faster than real time). ``ThreadedClient``: the policy runs
@@ -37,7 +38,7 @@ from robolearn.inference.protocol import (
     request_to_wire,
     response_from_wire,
 )
-from robolearn.inference.runner import ChunkPolicyRunner
+from robolearn.inference.runner import ChunkPolicyRunner, TrunkResult
 from robolearn.transport.security import CurveKeys
 from robolearn.transport.sockets import RESPONSE_LIMITS, ConnectionWatch, connect, limit_receive, recv_valid
 from robolearn.transport.wire import RejectCounter, WireError, encode
@@ -54,30 +55,31 @@ class ChunkClient(Protocol):
 
 
 class SimulatedLatencyClient:
-    """Latency as a number of ticks drawn from the clock. A two-stage request is ready at
-    ``max(tick + drawn delay, mid tick + mid_ticks)``: the light head needs ``mid_ticks`` after the mid
-    observation; the policy itself is evaluated when that observation arrives."""
+    """Latency as a number of ticks drawn from the clock. A two-stage request's trunk runs when it is submitted,
+    its head when the mid observation arrives; the chunk is ready at ``max(tick + drawn delay, mid tick +
+    mid_ticks)``: the light head is charged ``mid_ticks`` after the mid observation."""
 
     takes_mid_observation = True
 
     def __init__(self, runner: ChunkPolicyRunner, clock: SimClock) -> None:
         self.runner, self.clock = runner, clock
         self._pending: list[tuple[int, ChunkResponse]] = []
-        self._awaiting: dict[int, tuple[ChunkRequest, int]] = {}  # request id -> (request, due tick)
+        # request id -> (request, due tick, its trunk's result)
+        self._awaiting: dict[int, tuple[ChunkRequest, int, TrunkResult]] = {}
 
     def submit(self, request: ChunkRequest) -> None:
         due = request.tick + self.clock.inference_ticks()
         if request.mid_ticks > 0:
-            self._awaiting[request.request_id] = (request, due)
+            self._awaiting[request.request_id] = (request, due, self.runner.run_trunk([request]))
             return
         self._pending.append((due, self.runner.run([request])[0]))
 
     def submit_mid(self, request_id: int, tick: int, observation: dict[str, np.ndarray]) -> None:
         if request_id not in self._awaiting:
             return  # given up on
-        request, due = self._awaiting.pop(request_id)
+        request, due, trunk = self._awaiting.pop(request_id)
         request.mid_observation, request.mid_tick = observation, tick
-        resp = self.runner.run([request])[0]
+        resp = self.runner.run_head([request], trunk)[0]
         resp.waited_for_mid = tick + request.mid_ticks > due
         self._pending.append((max(due, tick + request.mid_ticks), resp))
 
@@ -111,8 +113,9 @@ class ThreadedClient:
     def _serve(self) -> None:
         torch.set_num_threads(self._threads)  # pinned: OpenMP threads must not oversubscribe the cores
         while (req := self._requests.get()) is not None:
-            waited = False
+            waited, trunk = False, None
             if req.mid_ticks > 0:
+                trunk = self.runner.run_trunk([req])  # before the mid observation: only the head waits for it
                 with self._mid_arrived:
                     waited = req.request_id not in self._mids
                     self._mid_arrived.wait_for(lambda: req.request_id in self._mids, self.mid_timeout_s)
@@ -121,7 +124,10 @@ class ThreadedClient:
                         del self._mids[stale]  # arrived after its request had given up waiting
                 if mid is not None:
                     req.mid_tick, req.mid_observation = mid
-            resp = self.runner.run([req])[0]
+            if trunk is not None and req.mid_observation is not None:
+                resp = self.runner.run_head([req], trunk)[0]
+            else:  # one-stage, or no mid observation came in time: the whole policy on the first one
+                resp = self.runner.run([req])[0]
             resp.waited_for_mid = waited
             self._done.put(resp)
 

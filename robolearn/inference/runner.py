@@ -5,19 +5,32 @@ explore) -> (B, H, A)`` in normalised action units (``policies.flow_chunk.FlowCh
 policy and lerobot policies ignore the prefix). A policy with ``takes_mid_observation = True`` also gets
 ``mid_observations`` (the same keys) and ``mid_offsets`` (B,) ticks after the first observation (two-stage
 requests; a one-stage request passes its observation again with offset 0); a two-stage chunk starts at
-its mid observation's tick (``ChunkResponse.chunk_start``). Requests are validated against
-the observation spec before they reach the model.
+its mid observation's tick (``ChunkResponse.chunk_start``). Such a policy is a trunk and a head
+(``predict_trunk``, ``predict_head``): a client runs ``run_trunk`` when the request is made, on what is known then
+(the first observation, the committed actions, the planned mid offset ``planned_delay - mid_ticks``), and
+``run_head`` once the mid observation is attached, so only the head ever sees it. ``run`` does both at once.
+Requests are validated against the observation spec before they reach the model.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from robolearn.inference.protocol import ChunkRequest, ChunkResponse
 from robolearn.specs import ObservationSpec, SpecError
+
+
+@dataclass(frozen=True)
+class TrunkResult:
+    """What a two-stage policy's trunk computed for a batch of requests, waiting for their mid observations."""
+
+    features: torch.Tensor          # (B, F), the policy's own
+    planned_offsets: np.ndarray     # (B,) the mid offsets k the trunk was given
+    ms: float                       # its compute time
 
 
 class ChunkPolicyRunner:
@@ -40,32 +53,68 @@ class ChunkPolicyRunner:
         if horizon is not None and req.prefix_len >= horizon:
             raise SpecError(f"prefix: {req.prefix_len} committed actions, the chunk has only {horizon}")
 
-    def run(self, requests: list[ChunkRequest]) -> list[ChunkResponse]:
-        t0 = time.perf_counter()
+    def _batch(self, requests: list[ChunkRequest]) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+        """The requests' first observations {key: (B, ...)}, committed actions (B, D, A) zero-padded, lengths (B,)."""
         observations = {k: np.stack([r.observation[k] for r in requests]) for k in self.obs_spec.arrays}
         d_max = max(r.prefix_len for r in requests)
         prefix = np.zeros((len(requests), d_max, self.action_dim), np.float32)
         for i, r in enumerate(requests):
             prefix[i, :r.prefix_len] = r.prefix
-        lens = np.array([r.prefix_len for r in requests], np.int64)
-        extra = {}
-        two_stage = [r.mid_observation is not None for r in requests]
-        offsets = [r.mid_tick - r.tick if m else 0 for r, m in zip(requests, two_stage)]  # ticks, 0: one-stage
+        return observations, prefix, np.array([r.prefix_len for r in requests], np.int64)
+
+    def _offsets(self, requests: list[ChunkRequest]) -> np.ndarray:
+        """Each request's mid observation's ticks after its first one (0: one-stage)."""
+        offsets = np.array([r.mid_tick - r.tick if r.mid_observation is not None else 0 for r in requests], np.int64)
         if getattr(self.policy, "takes_mid_observation", False):
-            mids = [r.mid_observation if r.mid_observation is not None else r.observation for r in requests]
-            extra["mid_observations"] = {k: np.stack([m[k] for m in mids]) for k in self.obs_spec.arrays}
             if any(k > r.prefix_len for k, r in zip(offsets, requests)):
                 raise SpecError("a mid observation taken after the committed prefix ends")
-            extra["mid_offsets"] = np.array(offsets, np.int64)
-        elif any(two_stage):
+        elif offsets.any() or any(r.mid_observation is not None for r in requests):
             raise SpecError(f"a two-stage request (chunking.mid_observation_ticks > 0) reached "
                             f"{type(self.policy).__name__}, which takes no mid-inference observation")
+        return offsets
+
+    def _responses(self, requests: list[ChunkRequest], chunks: np.ndarray, offsets: np.ndarray,
+                   ms: float) -> list[ChunkResponse]:
+        # a two-stage chunk starts at its mid observation's tick, with the committed actions left from there
+        return [ChunkResponse(r.request_id, r.tick, chunks[i], self.version, r.prefix_len - int(k), ms,
+                              chunk_start=r.tick + int(k)) for i, (r, k) in enumerate(zip(requests, offsets))]
+
+    def run(self, requests: list[ChunkRequest]) -> list[ChunkResponse]:
+        """Whole chunks now (one-stage requests, or two-stage ones whose mid observation is attached)."""
+        t0 = time.perf_counter()
+        observations, prefix, lens = self._batch(requests)
+        offsets = self._offsets(requests)
+        extra = {}
+        if getattr(self.policy, "takes_mid_observation", False):
+            mids = [r.mid_observation if r.mid_observation is not None else r.observation for r in requests]
+            extra = {"mid_observations": {k: np.stack([m[k] for m in mids]) for k in self.obs_spec.arrays},
+                     "mid_offsets": offsets}
         with torch.no_grad():
             chunks = self.policy.predict_chunk(observations, prefix, lens, explore=self.explore, **extra)
-        ms = (time.perf_counter() - t0) * 1e3
-        # a two-stage chunk starts at its mid observation's tick, with the committed actions left from there
-        return [ChunkResponse(r.request_id, r.tick, chunks[i], self.version, r.prefix_len - k, ms,
-                              chunk_start=r.tick + k) for i, (r, k) in enumerate(zip(requests, offsets))]
+        return self._responses(requests, chunks, offsets, (time.perf_counter() - t0) * 1e3)
+
+    def run_trunk(self, requests: list[ChunkRequest]) -> TrunkResult:
+        """Two-stage, at request time: the trunk on the first observations, for the planned mid offsets."""
+        if not hasattr(self.policy, "predict_trunk"):
+            raise SpecError(f"a two-stage request (chunking.mid_observation_ticks > 0) reached "
+                            f"{type(self.policy).__name__}, which has no trunk and head")
+        t0 = time.perf_counter()
+        observations, prefix, lens = self._batch(requests)
+        planned = np.array([r.planned_delay - r.mid_ticks for r in requests], np.int64)
+        if (planned < 0).any() or (planned > lens).any():
+            raise SpecError("a two-stage request's planned mid observation falls outside its committed prefix")
+        features = self.policy.predict_trunk(observations, prefix, lens, planned)
+        return TrunkResult(features, planned, (time.perf_counter() - t0) * 1e3)
+
+    def run_head(self, requests: list[ChunkRequest], trunk: TrunkResult) -> list[ChunkResponse]:
+        """Two-stage, once each request has its mid observation: the head alone. A mid observation taken at
+        another tick than planned still anchors the chunk at its own tick (the trunk saw the planned one)."""
+        t0 = time.perf_counter()
+        _, prefix, lens = self._batch(requests)
+        offsets = self._offsets(requests)
+        mids = {k: np.stack([r.mid_observation[k] for r in requests]) for k in self.obs_spec.arrays}
+        chunks = self.policy.predict_head(trunk.features, mids, prefix, lens, offsets)
+        return self._responses(requests, chunks, offsets, trunk.ms + (time.perf_counter() - t0) * 1e3)
 
     def spread(self, observation: dict[str, np.ndarray], samples: int = 8) -> float:
         """The policy's uncertainty at ``observation``: the standard deviation across ``samples`` sampled chunks,

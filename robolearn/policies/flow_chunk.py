@@ -22,15 +22,18 @@ Two choices of ours, both measured on push_cube BC (200 demos, 3000 steps, 30 ep
   loss is taken in that space, i.e. the velocity loss weighted by (1 - tau)^2: same minimiser.
 The backbone is an MLP over [normalised state; tau-gated noisy chunk; per-position time features].
 
-Two-stage requests (ARLI late binding, docs/algorithms.md, "Two-stage requests"), ``mid_observation=True``: the chunk is
-anchored at the latest observation. A request's first observation s (taken k ticks earlier) becomes
-context, the mid-inference state s_mid is the state the chunk starts from, and its prefix is the
-committed actions from s_mid's tick on: cond = [s_mid; s; k / D], p = d - k clean positions. So the
-network does the task it knows (a chunk from the current state, agreeing with the committed actions)
-with the older state as context, instead of having to shift its output by k ticks. Trained with
-d ~ U{0..D}, k ~ U{0..d} from the demos' own earlier states; k = 0 (s_mid = s) is a one-stage request.
-The heavy/light split of ARLI is a latency model here (the client finishes the chunk ``mid_ticks``
-after s_mid arrives); the network is one MLP.
+Two-stage requests (ARLI late binding, docs/algorithms.md, "Two-stage requests"), ``mid_observation=True``: the
+policy is a heavy trunk and a light head, and only the head sees the mid-inference state.
+
+    trunk  f, mu_T = T([s_first; k / D; committed actions from the mid tick; their mask])      at request time
+    head   cond = [f; s_mid; k / D],  mu = mu_T + M(cond),  flow velocity v(cond, x, tau)      after s_mid arrives
+
+s_first is the request's observation, s_mid the state k ticks later (the chunk starts from it, and its prefix is
+the committed actions from s_mid's tick on: p = d - k clean positions). The trunk (``hidden_dims``) runs once, as
+soon as the request is made; the head (``head_dims``, the flow's every Euler step) is all that runs after s_mid
+arrives, so the client charges it ``mid_ticks`` from then. Late binding is only real when the head is a small
+share of the compute (at most mid_ticks / d of it; ``trunk_head_flops`` counts both). Trained with d ~ U{0..D},
+k ~ U{0..d} from the demos' own earlier states; k = 0 (s_mid = s_first) is a one-stage request.
 """
 
 from __future__ import annotations
@@ -58,7 +61,10 @@ class FlowChunkPolicyConfig:
     max_prefix: int = 6            # D, the longest committed prefix trained for (>= the largest delay in ticks)
     hidden_dims: list[int] = field(default_factory=lambda: [512, 512, 512])
     flow_steps: int = 10           # Euler steps at inference
-    mid_observation: bool = False  # two-stage requests: anchor the chunk at a mid-inference state
+    mid_observation: bool = False  # two-stage: a trunk (hidden_dims) on the first state, a head (head_dims)
+                                   # on the mid-inference state that anchors the chunk
+    head_dims: list[int] = field(default_factory=lambda: [64, 64])  # two-stage: the light head's hidden sizes
+    trunk_features: int = 128      # two-stage: the trunk's summary f handed to the head
 
     def __post_init__(self) -> None:
         if self.chunk_horizon < 1:
@@ -67,8 +73,11 @@ class FlowChunkPolicyConfig:
             raise ValueError(f"policy.max_prefix must be in [0, chunk_horizon), got {self.max_prefix}")
         if self.flow_steps < 1:
             raise ValueError(f"policy.flow_steps must be >= 1, got {self.flow_steps}")
-        if not self.hidden_dims or any(h < 1 for h in self.hidden_dims):
-            raise ValueError(f"policy.hidden_dims must be positive sizes, got {self.hidden_dims}")
+        for key in ("hidden_dims", "head_dims"):
+            if not getattr(self, key) or any(h < 1 for h in getattr(self, key)):
+                raise ValueError(f"policy.{key} must be positive sizes, got {getattr(self, key)}")
+        if self.trunk_features < 1:
+            raise ValueError(f"policy.trunk_features must be >= 1, got {self.trunk_features}")
 
 
 def time_features(tau: torch.Tensor) -> torch.Tensor:
@@ -94,23 +103,37 @@ class FlowChunkPolicy(nn.Module):
         self.takes_mid_observation = config.mid_observation
         self.normalise = ObsNormaliser(obs_spec)
         n_chunk = self.horizon * self.action_dim
-        cond_dim = 2 * self.obs_dim + 1 if config.mid_observation else self.obs_dim
         self._time_dist = torch.distributions.Beta(torch.tensor(1.5), torch.tensor(1.0))
-        self.mean_head = mlp([cond_dim, *config.hidden_dims, n_chunk])
-        self.net = mlp([cond_dim + n_chunk + self.horizon * (1 + 2 * TIME_FREQS), *config.hidden_dims, n_chunk])
+        flow_in = n_chunk + self.horizon * (1 + 2 * TIME_FREQS)   # the tau-gated chunk and its time features
+        if config.mid_observation:
+            f = config.trunk_features
+            self.trunk = mlp([self.obs_dim + 1 + n_chunk + self.horizon, *config.hidden_dims, f + n_chunk])
+            cond_dim, head = f + self.obs_dim + 1, config.head_dims
+        else:
+            cond_dim, head = self.obs_dim, config.hidden_dims
+        self.mean_head = mlp([cond_dim, *head, n_chunk])
+        self.net = mlp([cond_dim + flow_in, *head, n_chunk])
 
-    def condition(self, state: torch.Tensor, earlier: torch.Tensor | None = None,
-                  offset: torch.Tensor | None = None) -> torch.Tensor:
-        """What the chunk is conditioned on, (B, C): the normalised state the chunk starts from, and with
-        ``mid_observation`` also an earlier state (B, S) taken ``offset`` (B,) ticks before it (context; the
-        state itself with offset 0 when None)."""
-        cond = self.normalise(state)
-        if not self.takes_mid_observation:
-            return cond
-        if earlier is None:
-            earlier, offset = state, torch.zeros(state.shape[0], device=state.device)
+    def condition(self, state: torch.Tensor) -> torch.Tensor:
+        """A one-stage policy's condition, (B, S): the normalised state the chunk starts from."""
+        return self.normalise(state)
+
+    def trunk_features(self, first: torch.Tensor, prefix: torch.Tensor, prefix_len: torch.Tensor,
+                       offset: torch.Tensor) -> torch.Tensor:
+        """Two-stage: the trunk on what is known when the request is made, (B, F + H * A): the first state (B, S),
+        the committed actions from the mid tick on, ``prefix`` (B, D', A) of which ``prefix_len`` (B,) count, and
+        the mid state's offset k (B,) ticks. Never the mid state itself."""
+        committed = 1 - prefix_mask(prefix_len, self.horizon)
         k = offset.float().clamp(0, self.max_prefix).unsqueeze(-1) / max(1, self.max_prefix)
-        return torch.cat([cond, self.normalise(earlier), k], dim=-1)
+        inp = [self.normalise(first), k, (committed.unsqueeze(-1) * self._pad_prefix(prefix)).flatten(1), committed]
+        return self.trunk(torch.cat(inp, dim=-1))
+
+    def head_condition(self, features: torch.Tensor, mid: torch.Tensor,
+                       offset: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Two-stage: the head's condition [f; s_mid; k / D] (B, C) and the trunk's chunk estimate mu_T (B, H, A)."""
+        f, mu_trunk = features.split([self.config.trunk_features, self.horizon * self.action_dim], dim=-1)
+        k = offset.float().clamp(0, self.max_prefix).unsqueeze(-1) / max(1, self.max_prefix)
+        return torch.cat([f, self.normalise(mid), k], dim=-1), mu_trunk.view(-1, self.horizon, self.action_dim)
 
     def denoise(self, cond: torch.Tensor, x: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
         """The network's estimate of the clean chunk x1 from x_tau: cond (B, C), x (B, H, A), tau (B, H).
@@ -122,9 +145,10 @@ class FlowChunkPolicy(nn.Module):
         inp = torch.cat([cond, gated, time_features(tau)], dim=-1)
         return self.net(inp).view_as(x)
 
-    def mean_chunk(self, cond: torch.Tensor) -> torch.Tensor:
-        """mu(s): the state-conditioned centre of the flow's noise, (B, H, A)."""
-        return self.mean_head(cond).view(-1, self.horizon, self.action_dim)
+    def mean_chunk(self, cond: torch.Tensor, base: torch.Tensor | None = None) -> torch.Tensor:
+        """mu(s): the state-conditioned centre of the flow's noise, (B, H, A) (plus the trunk's ``base``)."""
+        mu = self.mean_head(cond).view(-1, self.horizon, self.action_dim)
+        return mu if base is None else base + mu
 
     def velocity(self, cond: torch.Tensor, x: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
         """v(x_tau, tau, s) = (x1_hat - x_tau) / (1 - tau), the flow's velocity, (B, H, A)."""
@@ -151,15 +175,17 @@ class FlowChunkPolicy(nn.Module):
         if prefix_len is None:
             prefix_len = torch.randint(0, self.max_prefix + 1, (b,), device=actions.device)
         valid = torch.ones(actions.shape[:2], device=actions.device) if valid is None else valid
-        earlier = offset = None
         if self.takes_mid_observation:
             if past is None or past.shape[1] < self.max_prefix + 1:
                 raise ValueError(f"flow_chunk with mid_observation needs past states (B, {self.max_prefix + 1}, S)")
             offset = (torch.rand(b, device=actions.device) * (prefix_len + 1)).long()  # U{0..d}
-            earlier = past[torch.arange(b, device=actions.device), offset]
+            first = past[torch.arange(b, device=actions.device), offset]
             prefix_len = prefix_len - offset
-        cond = self.condition(state, earlier, offset)
-        mu = self.mean_chunk(cond)
+            cond, base = self.head_condition(self.trunk_features(first, actions, prefix_len, offset), state, offset)
+            mu = self.mean_chunk(cond, base)
+        else:
+            cond = self.condition(state)
+            mu = self.mean_chunk(cond)
         mean_loss = (valid * ((mu - actions) ** 2).sum(-1)).sum(-1) / valid.sum(-1).clamp(min=1.0)
         residual = actions - mu.detach()                          # the flow runs in residual space
         m = prefix_mask(prefix_len, self.horizon)
@@ -176,25 +202,73 @@ class FlowChunkPolicy(nn.Module):
 
     @torch.no_grad()
     def sample(self, state: torch.Tensor, prefix: torch.Tensor | None = None,
-               prefix_len: torch.Tensor | None = None, steps: int | None = None,
-               earlier: torch.Tensor | None = None, offset: torch.Tensor | None = None) -> torch.Tensor:
-        """A chunk (B, H, A) in [-1, 1] whose first ``prefix_len`` actions equal ``prefix`` (B, D', A)."""
-        b = state.shape[0]
-        steps = steps or self.config.flow_steps
+               prefix_len: torch.Tensor | None = None, steps: int | None = None) -> torch.Tensor:
+        """A one-stage chunk (B, H, A) in [-1, 1] whose first ``prefix_len`` actions equal ``prefix`` (B, D', A)."""
+        if self.takes_mid_observation:  # the state is both the first and the mid one (k = 0)
+            zero = torch.zeros(state.shape[0], dtype=torch.long, device=state.device)
+            prefix, prefix_len = self._given_prefix(state, prefix, prefix_len)
+            return self.sample_head(self.trunk_features(state, prefix, prefix_len, zero), state, zero, prefix,
+                                    prefix_len, steps)
+        cond = self.condition(state)
+        return self._flow(cond, self.mean_chunk(cond), prefix, prefix_len, steps)
+
+    @torch.no_grad()
+    def sample_head(self, features: torch.Tensor, mid: torch.Tensor, offset: torch.Tensor, prefix: torch.Tensor,
+                    prefix_len: torch.Tensor, steps: int | None = None) -> torch.Tensor:
+        """Two-stage: the head alone, from the trunk's ``features`` and the mid state (B, S) taken ``offset`` ticks
+        after the first one; ``prefix`` (B, D', A) / ``prefix_len`` are the committed actions from the mid tick."""
+        cond, base = self.head_condition(features, mid, offset)
+        return self._flow(cond, self.mean_chunk(cond, base), prefix, prefix_len, steps)
+
+    def _given_prefix(self, state: torch.Tensor, prefix: torch.Tensor | None,
+                      prefix_len: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         if prefix is None or prefix_len is None:
-            prefix = state.new_zeros(b, self.horizon, self.action_dim)
-            prefix_len = torch.zeros(b, dtype=torch.long, device=state.device)
-        cond = self.condition(state, earlier, offset)
-        mu = self.mean_chunk(cond)
+            return (state.new_zeros(state.shape[0], self.horizon, self.action_dim),
+                    torch.zeros(state.shape[0], dtype=torch.long, device=state.device))
+        return prefix, prefix_len
+
+    def _flow(self, cond: torch.Tensor, mu: torch.Tensor, prefix: torch.Tensor | None,
+              prefix_len: torch.Tensor | None, steps: int | None) -> torch.Tensor:
+        """n Euler steps of the flow around ``mu`` (B, H, A), the committed prefix clamped at each."""
+        steps = steps or self.config.flow_steps
+        prefix, prefix_len = self._given_prefix(cond, prefix, prefix_len)
         prefix = self._pad_prefix(prefix) - mu                     # in residual space
         m = prefix_mask(prefix_len, self.horizon)
         keep = m.unsqueeze(-1)
-        x = keep * torch.randn(b, self.horizon, self.action_dim, device=state.device) + (1 - keep) * prefix
+        x = keep * torch.randn(mu.shape, device=mu.device) + (1 - keep) * prefix
         for k in range(steps):
             tau = m * (k / steps) + (1 - m)
             x = x + self.velocity(cond, x, tau) / steps
             x = keep * x + (1 - keep) * prefix                     # clamp the committed prefix
         return (mu + x).clamp(-1.0, 1.0)
+
+    def shift_prefix(self, prefix: np.ndarray, prefix_len: np.ndarray,
+                     offsets: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """The committed actions left from each row's mid tick, k = ``offsets`` (B,) ticks after the first one."""
+        prefix_t = torch.as_tensor(prefix, dtype=torch.float32)
+        shifted = torch.zeros_like(prefix_t)
+        for i, k in enumerate(np.asarray(offsets).tolist()):
+            shifted[i, :prefix_t.shape[1] - k] = prefix_t[i, k:]
+        return shifted, torch.as_tensor(prefix_len, dtype=torch.long) - torch.as_tensor(offsets, dtype=torch.long)
+
+    @torch.no_grad()
+    def predict_trunk(self, observations: dict[str, np.ndarray], prefix: np.ndarray, prefix_len: np.ndarray,
+                      mid_offsets: np.ndarray) -> torch.Tensor:
+        """Two-stage serving, at request time: the trunk's features (B, F + H * A) from the first observations
+        {"state": (B, S)}, the committed actions (B, D', A) normalised, and the planned mid offsets k (B,)."""
+        shifted, lens = self.shift_prefix(prefix, prefix_len, mid_offsets)
+        return self.trunk_features(torch.as_tensor(observations["state"], dtype=torch.float32), shifted, lens,
+                                   torch.as_tensor(mid_offsets, dtype=torch.long))
+
+    @torch.no_grad()
+    def predict_head(self, features: torch.Tensor, mid_observations: dict[str, np.ndarray], prefix: np.ndarray,
+                     prefix_len: np.ndarray, mid_offsets: np.ndarray) -> np.ndarray:
+        """Two-stage serving, once the mid observations {"state": (B, S)} arrive: chunks (B, H, A) normalised,
+        row b starting at its mid observation's tick with the committed actions left from there."""
+        shifted, lens = self.shift_prefix(prefix, prefix_len, mid_offsets)
+        mid = torch.as_tensor(mid_observations["state"], dtype=torch.float32)
+        out = self.sample_head(features, mid, torch.as_tensor(mid_offsets, dtype=torch.long), shifted, lens)
+        return out.numpy().astype(np.float32)
 
     def predict_chunk(self, observations: dict[str, np.ndarray], prefix: np.ndarray, prefix_len: np.ndarray,
                       explore: bool = False, mid_observations: dict[str, np.ndarray] | None = None,
@@ -202,22 +276,36 @@ class FlowChunkPolicy(nn.Module):
         """The serving interface: observations {"state": (B, S)}, prefix (B, D', A) normalised,
         prefix_len (B,) -> chunks (B, H, A) normalised, as float32 numpy. Always a sample of the flow.
 
-        With ``mid_observations`` {"state": (B, S)} taken ``mid_offsets`` k (B,) ticks after the first ones
-        (k <= prefix_len), row b's chunk starts at its mid observation's tick and its first prefix_len - k
-        actions are the committed ones from there (``prefix[b, k:prefix_len]``)."""
-        states = torch.as_tensor(observations["state"], dtype=torch.float32)
-        prefix_t = torch.as_tensor(prefix, dtype=torch.float32)
-        lens = torch.as_tensor(prefix_len, dtype=torch.long)
-        earlier = offset = None
-        if mid_observations is not None:
-            earlier, states = states, torch.as_tensor(mid_observations["state"], dtype=torch.float32)
-            offset = torch.as_tensor(mid_offsets, dtype=torch.long)
-            shifted = torch.zeros_like(prefix_t)
-            for i, k in enumerate(offset.tolist()):
-                shifted[i, :prefix_t.shape[1] - k] = prefix_t[i, k:]
-            prefix_t, lens = shifted, lens - offset
-        out = self.sample(states, prefix_t, lens, earlier=earlier, offset=offset)
+        Two-stage, with ``mid_observations`` {"state": (B, S)} taken ``mid_offsets`` k (B,) ticks after the first
+        ones (k <= prefix_len): the trunk then the head (``predict_trunk``, ``predict_head``); row b's chunk starts
+        at its mid observation's tick and its first prefix_len - k actions are the committed ones from there
+        (``prefix[b, k:prefix_len]``). Without them a two-stage policy takes its first observation as the mid one."""
+        if self.takes_mid_observation:
+            offsets = np.zeros(len(prefix_len), np.int64) if mid_observations is None else mid_offsets
+            features = self.predict_trunk(observations, prefix, prefix_len, offsets)
+            return self.predict_head(features, observations if mid_observations is None else mid_observations,
+                                     prefix, prefix_len, offsets)
+        with torch.no_grad():
+            out = self.sample(torch.as_tensor(observations["state"], dtype=torch.float32),
+                              torch.as_tensor(prefix, dtype=torch.float32),
+                              torch.as_tensor(prefix_len, dtype=torch.long))
         return out.numpy().astype(np.float32)
+
+    @torch.no_grad()
+    def trunk_head_flops(self) -> dict[str, int]:
+        """Two-stage: the FLOPs of one request's trunk and of its head (all ``flow_steps``), counted by torch's
+        ``FlopCounterMode`` on a one-row request with a half-length prefix; ``head_share`` = head / both."""
+        from torch.utils.flop_counter import FlopCounterMode
+
+        state = torch.zeros(1, self.obs_dim)
+        prefix = torch.zeros(1, self.max_prefix, self.action_dim)
+        lens, k = torch.tensor([self.max_prefix // 2]), torch.tensor([0])
+        with FlopCounterMode(display=False) as trunk:
+            features = self.trunk_features(state, prefix, lens, k)
+        with FlopCounterMode(display=False) as head:
+            self.sample_head(features, state, k, prefix, lens)
+        t, h = trunk.get_total_flops(), head.get_total_flops()
+        return {"trunk": int(t), "head": int(h), "head_share": h / (t + h)}
 
 
 def make_flow_policy(obs_spec: ObservationSpec, action_spec: ActionSpec,
