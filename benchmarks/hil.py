@@ -1,29 +1,36 @@
-"""Human-in-the-loop improvement on pick_cube: a BC-pretrained flow chunk policy, then HABC and Hi-ORS
-online with the scripted human.
+"""Human-in-the-loop improvement on pick_cube with a human who is no oracle: a BC-pretrained flow chunk policy,
+then HABC and Hi-ORS online, against a control arm, for several seeds.
 
-    make bench-hil        (python benchmarks/hil.py [--demos 20] [--rounds 8] [--episodes-per-round 10])
-    python benchmarks/hil.py --takeover-ticks 8 --max-takeovers 1    (a gentler human -> hil_takeover8x1.json)
+    make bench-hil        (python benchmarks/hil.py [--seeds 0 1 2] [--demos 20] [--rounds 8] [--episodes-per-round 10])
+    python benchmarks/hil.py --oracle       (the old human: reacts at once, exact expert actions, 2 takeovers)
 
-1. The scripted expert records ``--demos`` seeded pick_cube episodes; a flow-matching chunk policy
-   (H = 10, execute 5 per chunk) is behaviour-cloned on them (``learner.bc``). This is the start.
-2. For each of HABC and Hi-ORS, from a copy of that start: ``--rounds`` rounds of (collect
-   ``--episodes-per-round`` episodes with the policy, where ``sim.intervention.ScriptedHuman`` takes over
-   when the robot drifts off course; every step goes into a persistent ``ReplayBuffer`` with the demos,
-   interventions flagged) then (updates = env steps collected x ``--utd``, each on a batch the algorithm
-   samples from the buffer: ``algo.sample_batch`` / ``algo.update``, the learner's own calls).
-3. Start and end success are measured on the same 100 seeded evaluation episodes (no human).
+Per seed s:
+1. The scripted expert records ``--demos`` seeded pick_cube episodes; a flow-matching chunk policy (H = 10, execute
+   5 per chunk) is behaviour-cloned on them (``learner.bc``, initial weights and batches from s). This is the start.
+2. For each arm, from a copy of that start: ``--rounds`` rounds of (collect ``--episodes-per-round`` episodes with
+   the policy under the scripted human, every step into a persistent ``ReplayBuffer`` with the demos,
+   interventions flagged) then (updates = env steps collected x ``--utd``, each on a batch the algorithm samples
+   from the buffer: ``algo.sample_batch`` / ``algo.update``, the learner's own calls). Arms: HABC, Hi-ORS, and
+   the control, plain behaviour cloning on the human's data only (demos and intervention windows, weight 1:
+   HG-DAgger), so the gain of the weighting shows apart from the gain of more expert data.
+3. Start and end success on the same 100 evaluation episodes (no human), seeds from 0.
 
-A control arm runs the same loop with plain behaviour cloning on the human's data only (demos and
-intervention windows, weight 1: HG-DAgger), so the report shows how much of each gain is the weighting
-and how much is simply more expert data.
+The human (``sim.intervention.ScriptedHuman``) is the same for every arm and seed, and is no oracle: it takes
+over only when the robot is clearly failing (``--drift-threshold``, or no success after ``--stuck-after`` of
+the episode), ``--reaction-ticks`` late, drives with noisy actions (``--action-noise``), at most
+``--max-takeovers`` times an episode; so a real share of the collected episodes fail. Its effort (intervention
+steps) is reported per arm.
 
-Goals ``habc_success_gain`` and ``hiors_success_gain`` (end - start success) > 0.
+Goals, means over seeds: ``habc_success_gain`` and ``hiors_success_gain`` (end - start) > 0, and
+``habc_gain_over_control`` and ``hiors_gain_over_control`` (end success minus the control's end success) > 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
+import statistics
 import sys
 import tempfile
 import time
@@ -115,13 +122,20 @@ ARMS = {"habc": lambda p: HABC(p, HABCConfig()), "hiors": lambda p: HiORS(p, HiO
         "human_data_bc": HumanDataBC}
 
 
-def improve(name: str, algo, env, buffer: ReplayBuffer, args) -> dict:
-    human = ScriptedHuman(env, ScriptedHumanConfig(takeover_ticks=args.takeover_ticks,
-                                                   max_takeovers=args.max_takeovers))
+def human_config(args, seed: int) -> ScriptedHumanConfig:
+    if args.oracle:
+        return ScriptedHumanConfig(seed=seed)
+    return ScriptedHumanConfig(drift_threshold=args.drift_threshold, stuck_after=args.stuck_after,
+                               takeover_ticks=args.takeover_ticks, max_takeovers=args.max_takeovers,
+                               reaction_ticks=args.reaction_ticks, action_noise=args.action_noise, seed=seed)
+
+
+def improve(name: str, algo, env, buffer: ReplayBuffer, args, seed: int) -> dict:
+    human = ScriptedHuman(env, human_config(args, seed))
     rnd = 0
     recorder = TransitionRecorder(env.observation_spec, lambda arrays: buffer.add("robot", arrays))
     loop = episode_loop(algo.actor, env, human, [recorder], policy_version=lambda: rnd)
-    steps, updates, human_ticks, log = 0, 0, 0, []
+    steps, updates, human_ticks, collected_wins, log = 0, 0, 0, 0, []
     t0 = time.perf_counter()
     for rnd in range(args.rounds):
         wins, rnd_steps = 0, 0
@@ -131,7 +145,7 @@ def improve(name: str, algo, env, buffer: ReplayBuffer, args) -> dict:
             if hasattr(algo, "on_episode"):
                 algo.on_episode(r.episode_return)
             wins, rnd_steps, human_ticks = wins + r.success, rnd_steps + r.ticks, human_ticks + r.intervention_ticks
-        steps += rnd_steps
+        steps, collected_wins = steps + rnd_steps, collected_wins + wins
         n_updates = int(args.utd * rnd_steps)
         metrics = {}
         for _ in range(n_updates):
@@ -143,64 +157,86 @@ def improve(name: str, algo, env, buffer: ReplayBuffer, args) -> dict:
               f"{rnd_steps} steps), {n_updates} updates  {metrics}  ({time.perf_counter() - t0:.0f} s)", flush=True)
     return {"env_steps": steps, "updates": updates, "intervention_steps": human_ticks,
             "intervention_fraction": round(human_ticks / max(1, steps), 4),
+            "collected_success": round(collected_wins / (args.rounds * args.episodes_per_round), 4),
             "minutes": round((time.perf_counter() - t0) / 60, 2), "rounds": log}
+
+
+def run_seed(env, args, seed: int) -> dict:
+    """One seed: its BC start, then every arm from a copy of it."""
+    torch.manual_seed(seed)
+    policy = FlowChunkPolicy(env.observation_spec, env.action_spec,
+                             FlowChunkPolicyConfig(chunk_horizon=H, max_prefix=0))
+    t0 = time.perf_counter()
+    data = expert_demos(env, args.demos, H, seed=DEMO_SEED)
+    train_bc(policy, data, args.bc_steps, seed=seed, log_every=1000)
+    bc_minutes = (time.perf_counter() - t0) / 60
+    start = evaluate(policy, env, args.eval_episodes)
+    print(f"seed {seed}: BC on {args.demos} demos ({data.successes} successful): success {start:.2f} "
+          f"over {args.eval_episodes} episodes", flush=True)
+    arms = {}
+    for name, make in ARMS.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            buffer = ReplayBuffer(Path(tmp) / name, env.observation_spec, env.action_spec, fsync="off")
+            record_demos(env, buffer, args.demos)
+            algo = make(copy.deepcopy(policy))
+            torch.manual_seed(1000 + seed)
+            run = improve(name, algo, env, buffer, args, seed)
+            buffer.close()
+        end = evaluate(algo.actor, env, args.eval_episodes)
+        arms[name] = {"start_success": start, "end_success": end, "gain": round(end - start, 4), **run}
+        print(f"seed {seed} {name}: success {start:.2f} -> {end:.2f} after {run['env_steps']} env steps "
+              f"({run['intervention_fraction']:.0%} by the human, {run['collected_success']:.0%} of the collected "
+              f"episodes succeeded), {run['minutes']:.1f} min", flush=True)
+    control = arms["human_data_bc"]["end_success"]
+    return {"seed": seed, "bc_minutes": round(bc_minutes, 2), "start_success": start, "arms": arms,
+            "gain_over_control": {k: round(arms[k]["end_success"] - control, 4) for k in ("habc", "hiors")}}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--demos", type=int, default=20)
     ap.add_argument("--bc-steps", type=int, default=3000)
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--episodes-per-round", type=int, default=10)
     ap.add_argument("--utd", type=float, default=1.0)
     ap.add_argument("--eval-episodes", type=int, default=100)
+    ap.add_argument("--drift-threshold", type=float, default=0.5, help="the human's: clearly failing (oracle 0.35)")
+    ap.add_argument("--stuck-after", type=float, default=0.75, help="the human's (oracle 0.6)")
     ap.add_argument("--takeover-ticks", type=int, default=ScriptedHumanConfig.takeover_ticks)
-    ap.add_argument("--max-takeovers", type=int, default=ScriptedHumanConfig.max_takeovers)
+    ap.add_argument("--max-takeovers", type=int, default=1, help="the human's budget per episode (oracle 2)")
+    ap.add_argument("--reaction-ticks", type=int, default=5, help="the human's (oracle 0)")
+    ap.add_argument("--action-noise", type=float, default=0.15, help="the human's, normalised units (oracle 0)")
+    ap.add_argument("--oracle", action="store_true", help="the old oracle human instead (ScriptedHumanConfig())")
     args = ap.parse_args()
     torch.set_num_threads(2)
-    torch.manual_seed(0)
     env = PickCubeEnv()
-    policy = FlowChunkPolicy(env.observation_spec, env.action_spec,
-                             FlowChunkPolicyConfig(chunk_horizon=H, max_prefix=0))
-    t0 = time.perf_counter()
-    data = expert_demos(env, args.demos, H, seed=DEMO_SEED)
-    train_bc(policy, data, args.bc_steps, log_every=1000)
-    bc_minutes = (time.perf_counter() - t0) / 60
-    start = evaluate(policy, env, args.eval_episodes)
-    print(f"BC on {args.demos} demos ({data.successes} successful): success {start:.2f} "
-          f"over {args.eval_episodes} episodes", flush=True)
-
-    results = {}
-    for name, make in ARMS.items():
-        with tempfile.TemporaryDirectory() as tmp:
-            buffer = ReplayBuffer(Path(tmp) / name, env.observation_spec, env.action_spec, fsync="off")
-            record_demos(env, buffer, args.demos)
-            algo = make(copy.deepcopy(policy))
-            torch.manual_seed(1)
-            run = improve(name, algo, env, buffer, args)
-            buffer.close()
-        end = evaluate(algo.actor, env, args.eval_episodes)
-        results[name] = {"start_success": start, "end_success": end, "gain": round(end - start, 4), **run}
-        print(f"{name}: success {start:.2f} -> {end:.2f} after {run['env_steps']} env steps "
-              f"({run['intervention_fraction']:.0%} by the human), {run['minutes']:.1f} min", flush=True)
+    seeds = [run_seed(env, args, seed) for seed in args.seeds]
     env.close()
-    goals = [goal("habc_success_gain", results["habc"]["gain"], ">", 0.0),
-             goal("hiors_success_gain", results["hiors"]["gain"], ">", 0.0)]
-    control = results["human_data_bc"]["end_success"]
+
+    def mean_min_max(values: list[float]) -> dict:
+        return {"mean": round(statistics.fmean(values), 4), "min": min(values), "max": max(values)}
+
+    summary = {"gain": {k: mean_min_max([s["arms"][k]["gain"] for s in seeds]) for k in ARMS},
+               "gain_over_control": {k: mean_min_max([s["gain_over_control"][k] for s in seeds])
+                                     for k in ("habc", "hiors")},
+               "intervention_steps": {k: mean_min_max([s["arms"][k]["intervention_steps"] for s in seeds])
+                                      for k in ARMS},
+               "collected_success": {k: mean_min_max([s["arms"][k]["collected_success"] for s in seeds])
+                                     for k in ARMS}}
+    goals = [goal("habc_success_gain", summary["gain"]["habc"]["mean"], ">", 0.0),
+             goal("hiors_success_gain", summary["gain"]["hiors"]["mean"], ">", 0.0),
+             goal("habc_gain_over_control", summary["gain_over_control"]["habc"]["mean"], ">", 0.0),
+             goal("hiors_gain_over_control", summary["gain_over_control"]["hiors"]["mean"], ">", 0.0)]
     command = run_command(ap, args, "bench-hil", "hil.py")
-    default_human = (ScriptedHumanConfig.takeover_ticks, ScriptedHumanConfig.max_takeovers)
-    gentler = (args.takeover_ticks, args.max_takeovers) != default_human
-    name = f"hil_takeover{args.takeover_ticks}x{args.max_takeovers}" if gentler else "hil"
+    name = "hil_oracle" if args.oracle else "hil"
     path = write_result(name, command, goals, task="pick_cube", eval_episodes=args.eval_episodes,
                         eval_seeds=f"{EVAL_SEED}..{EVAL_SEED + args.eval_episodes - 1}",
-                        bc={"demos": args.demos, "steps": args.bc_steps, "minutes": round(bc_minutes, 2),
-                            "start_success": start},
-                        settings=vars(args) | {"chunk_horizon": H, "execute_horizon": EXECUTE}, results=results,
-                        end_success_over_control={k: round(results[k]["end_success"] - control, 4)
-                                                  for k in ("habc", "hiors")},
+                        human=vars(human_config(args, 0)) | {"seed": "the benchmark seed"},
+                        settings=vars(args) | {"chunk_horizon": H, "execute_horizon": EXECUTE}, summary=summary,
+                        seeds=seeds,
                         control="human_data_bc: BC on demo + intervention windows only, weight 1 (HG-DAgger)")
-    print(f"\nhabc_success_gain = {results['habc']['gain']}, hiors_success_gain = {results['hiors']['gain']}; "
-          f"control (BC on the human's data) ended at {control:.2f} -> {path}")
+    print(f"\nmeans over seeds {args.seeds}: {json.dumps(summary)} -> {path}")
 
 
 if __name__ == "__main__":
