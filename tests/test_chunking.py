@@ -278,3 +278,47 @@ def test_each_chunk_runs_s_actions_from_its_arrival(d_rl):
     assert {it.chunk_index for it in later} == set(range(first_executed, first_executed + s))
     ticks = [r.tick for r in runner.requests[5:]]
     assert set(np.diff(ticks)) == {s}
+
+
+@pytest.mark.parametrize("in_flight", [1, 4])
+def test_pipelined_requests_keep_the_robot_fed_when_inference_takes_most_of_a_chunk(in_flight):
+    """Inference of 4-6 ticks with H = 8 (0.5-0.75 of the chunk): one request at a time brings at most H - d new
+    actions per d ticks and stalls; with requests pipelined (asked every s = 2 ticks, several in flight) none."""
+    runner = ScriptedRunner()
+    clock = SimClock(DelaySampler("uniform", low=4, high=6, seed=3))
+    ex = ChunkExecutor(SimulatedLatencyClient(runner, clock), SPEC, H,
+                       ChunkingConfig(mode="latency_aware", initial_delay=6, execute_horizon=2,
+                                      max_in_flight=in_flight))
+    ex.start_episode({"state": np.zeros(3, np.float32)}, 0, SimClock())
+    items, most_in_flight = [], 0
+    for t in range(400):
+        items.append(ex.tick(t, {"state": np.zeros(3, np.float32)}))
+        most_in_flight = max(most_in_flight, len(ex._in_flight))
+    executed = [it for it in items if it is not None]
+    assert [it.tick for it in executed] == sorted({it.tick for it in executed})  # once each, in order
+    chunks = [it.chunk_id for it in executed]
+    assert chunks == sorted(chunks)  # an older chunk never comes back after a newer one
+    assert most_in_flight <= in_flight
+    if in_flight == 1:
+        assert ex.metrics.stalled_ticks > 50
+    else:
+        assert ex.metrics.stalled_ticks == 0 and most_in_flight > 1
+        assert set(ex.metrics.delays) == {4, 5, 6}  # the delays really varied
+
+
+def test_max_in_flight_needs_the_latency_aware_mode():
+    with pytest.raises(ValueError, match="max_in_flight"):
+        ChunkingConfig(mode="naive_async", max_in_flight=2)
+    with pytest.raises(ValueError, match="max_in_flight"):
+        ChunkingConfig(max_in_flight=0)
+
+
+def test_a_pipelined_chunk_that_arrives_after_a_newer_one_is_dropped():
+    runner = ScriptedRunner()
+    clock = SimClock(DelaySampler("uniform", low=1, high=7, seed=5))  # later requests often overtake earlier ones
+    ex = ChunkExecutor(SimulatedLatencyClient(runner, clock), SPEC, H,
+                       ChunkingConfig(mode="latency_aware", initial_delay=6, execute_horizon=2, max_in_flight=4))
+    ex.start_episode({"state": np.zeros(3, np.float32)}, 0, SimClock())
+    executed = [it for t in range(400) if (it := ex.tick(t, {"state": np.zeros(3, np.float32)})) is not None]
+    chunks = [it.chunk_id for it in executed]
+    assert chunks == sorted(chunks) and len(set(chunks)) > 50

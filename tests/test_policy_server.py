@@ -191,3 +191,37 @@ def test_server_restart_mid_run_costs_stalls_not_a_crash(env, tmp_path):
         client.close()
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize("concurrent", [False, True])
+def test_emulated_latency_is_served_one_batch_at_a_time_or_concurrently(env, concurrent):
+    """Three requests 50 ms apart against a 300 ms emulated model: one batch at a time answers the last after about
+    3 x 300 ms; a server that runs several at once answers each about 300 ms after it was asked."""
+    import threading
+
+    server = PolicyServer(make_runner(env), extra_latency_ms=(300.0, 300.0), concurrent_latency=concurrent)
+    stop = threading.Event()
+    serving = threading.Thread(target=lambda: [server.serve_once(5) for _ in iter(stop.is_set, True)])
+    serving.start()  # the server's own loop, as in its process; this thread is the robot
+    client = RemoteClient(server.endpoint, "r", H, A)
+    asked, answered = {}, {}
+    try:
+        t0 = time.perf_counter()
+        while len(answered) < 3 and time.perf_counter() - t0 < 5.0:
+            now = time.perf_counter() - t0
+            if len(asked) < 3 and now >= 0.05 * len(asked):
+                client.submit(request(env, len(asked)))
+                asked[len(asked)] = now
+            for resp in client.poll(0):
+                answered[resp.request_id] = time.perf_counter() - t0
+            time.sleep(0.002)
+    finally:
+        stop.set()
+        serving.join()
+        client.close()
+        server.close()
+    waits = [answered[i] - asked[i] for i in range(3)]
+    if concurrent:
+        assert all(0.28 <= w < 0.5 for w in waits), waits
+    else:
+        assert waits[2] >= 0.45, waits  # batched behind the first: about 0.6 - 0.1 s

@@ -19,7 +19,11 @@ Modes (``ChunkingConfig.mode``), docs/algorithms.md, "Latency-aware chunk schedu
                    taken from where the prefix ends), ``replace`` or ``blend``. With
                    ``mid_observation_ticks`` = d_RL > 0 the request is two-stage (ARLI late binding):
                    d_RL ticks before the chunk is due the executor sends the then-current observation
-                   and the policy finishes the chunk with it.
+                   and the policy finishes the chunk with it. With ``max_in_flight`` > 1 requests are
+                   pipelined: the next chunk is asked for s actions after the newest one is expected,
+                   whether or not it has arrived, so a server that answers several at once keeps the
+                   robot fed when inference takes more than H - s ticks (one request at a time stalls
+                   once it takes more than H / 2).
 
 Units: ticks everywhere; actions in the queue are robot units, the policy sees normalised ones.
 """
@@ -61,6 +65,7 @@ class ChunkingConfig:
     request_timeout: int = 100      # ticks without an answer after which a request is re-sent
     mid_observation_ticks: int = 0  # latency_aware: d_RL, send a mid-inference observation this many ticks
                                     # before the chunk is due (0 = one-stage requests)
+    max_in_flight: int = 1          # latency_aware: requests in flight at once (> 1: pipelined)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -83,6 +88,9 @@ class ChunkingConfig:
             raise ValueError(f"chunking.mid_observation_ticks must be >= 0, got {self.mid_observation_ticks}")
         if self.mid_observation_ticks and self.mode != "latency_aware":
             raise ValueError("chunking.mid_observation_ticks needs chunking.mode=latency_aware")
+        if self.max_in_flight < 1 or (self.max_in_flight > 1 and self.mode != "latency_aware"):
+            raise ValueError(f"chunking.max_in_flight must be >= 1, and > 1 only with mode=latency_aware; got "
+                             f"{self.max_in_flight} with mode={self.mode}")
 
 
 class DelayEstimator:
@@ -125,6 +133,16 @@ class ExecutorMetrics:
                 "chunk_utilisation": round(self.utilisation(), 4)}
 
 
+@dataclass
+class InFlight:
+    """A request the executor waits on."""
+
+    request: ChunkRequest
+    sent_at: int                # tick it was sent
+    expected_at: int            # sent_at + the delay planned then: when the scheduler counts on its chunk
+    mid_due: int | None = None  # two-stage: the tick to send its mid observation (None: sent, or one-stage)
+
+
 class ChunkExecutor:
     """One robot's chunk queue, scheduler and splicer around a policy client (``inference.client``)."""
 
@@ -145,9 +163,7 @@ class ChunkExecutor:
         self.delay = DelayEstimator(self.cfg.delay_window, self.cfg.delay_quantile, self.cfg.initial_delay)
         self.metrics = ExecutorMetrics(horizon=horizon)
         self._next_id = 0
-        self._in_flight: ChunkRequest | None = None
-        self._sent_at = 0
-        self._mid_due: int | None = None  # tick to send the in-flight request's mid observation
+        self._in_flight: dict[int, InFlight] = {}  # request id -> its request, oldest first
         self._arrived = 0                 # tick the newest chunk arrived
         if self.cfg.mid_observation_ticks and not getattr(client, "takes_mid_observation", False):
             raise ValueError(f"chunking.mid_observation_ticks needs a client that takes mid-inference "
@@ -155,7 +171,7 @@ class ChunkExecutor:
 
     # --- scheduling --------------------------------------------------------------------------------
     def should_request(self, tick: int) -> bool:
-        if self._in_flight is not None:
+        if len(self._in_flight) >= self.cfg.max_in_flight:
             return False
         remaining = self.queue.remaining(tick)
         s = self.cfg.execute_horizon or self.horizon
@@ -167,6 +183,8 @@ class ChunkExecutor:
         # planned ticks before that (for a chunk that starts at its request's tick this is "s actions into
         # the chunk"; a two-stage chunk starts later, at its mid observation); never let the queue run dry
         planned = self.delay.planned()
+        if self._in_flight:  # pipelined: s actions after the newest chunk asked for is expected to start
+            return tick - max(f.expected_at for f in self._in_flight.values()) >= s - planned
         return tick - self._arrived >= s - planned or remaining <= planned + self.cfg.margin
 
     def _request(self, tick: int, observation: dict[str, np.ndarray], two_stage: bool = True) -> None:
@@ -189,16 +207,17 @@ class ChunkExecutor:
         mid_ticks = d_rl if two_stage and d_rl < planned <= len(prefix) + d_rl else 0
         req = ChunkRequest(self._next_id, tick, observation, prefix, planned, self.robot_id, mid_ticks=mid_ticks)
         self._next_id += 1
-        self._in_flight, self._sent_at = req, tick
-        self._mid_due = tick + planned - mid_ticks if mid_ticks else None
+        self._in_flight[req.request_id] = InFlight(req, tick, tick + planned,
+                                                   tick + planned - mid_ticks if mid_ticks else None)
         self.metrics.requests += 1
         self.client.submit(req)
 
     # --- splicing ----------------------------------------------------------------------------------
     def _splice(self, resp: ChunkResponse, tick: int, measure: bool = True) -> None:
-        if self._in_flight is None or resp.request_id != self._in_flight.request_id:
-            return  # an answer to a request given up on: superseded
-        self._in_flight, self._mid_due = None, None
+        if self._in_flight.pop(resp.request_id, None) is None:
+            return  # an answer to a request given up on, or superseded by a newer chunk
+        for older in [i for i in self._in_flight if i < resp.request_id]:
+            del self._in_flight[older]  # pipelined: an older chunk arriving after this one would undo it
         self._arrived = tick
         delay = tick - resp.tick
         if measure:
@@ -235,24 +254,25 @@ class ChunkExecutor:
         ``while_waiting`` says to stop."""
         real = clock.period > 0
         self.queue.clear()
-        self._in_flight = None
+        self._in_flight.clear()
         self._request(tick, observation, two_stage=False)  # at rest: a later observation is the same
-        asked = {self._in_flight.request_id}  # at rest, an answer to any of them will do
+        asked = set(self._in_flight)  # at rest, an answer to any of them will do
         t0 = t_hook = time.perf_counter()
-        while self._in_flight is not None:
+        while self._in_flight:
             # at rest time does not count: take the answer whenever it is ready (a simulated clock's
             # answer is due some ticks later, so ask for everything due up to far in the future)
             for resp in self.client.poll(tick + 10**9):
                 if resp.request_id in asked:
-                    self._splice(replace(resp, request_id=self._in_flight.request_id), tick, measure=False)
+                    self._splice(replace(resp, request_id=next(iter(self._in_flight))), tick, measure=False)
                     break
-            if self._in_flight is None or not real:
+            if not self._in_flight or not real:
                 continue
             time.sleep(0.0005)
             now = time.perf_counter()
             if now - t0 > self.cfg.request_timeout * clock.period * len(asked):  # lost (a server restarted)
+                self._in_flight.clear()
                 self._request(tick, observation, two_stage=False)
-                asked.add(self._in_flight.request_id)
+                asked |= set(self._in_flight)
                 self.metrics.resent += 1
             if self.while_waiting is not None and now - t_hook > 0.02:
                 t_hook = now
@@ -265,18 +285,19 @@ class ChunkExecutor:
         """A human took over at ``tick``: drop the queued actions and forget the request in flight (its
         chunk was planned for a robot that is no longer where it expected). Afterwards ``tick`` asks anew."""
         self.queue.clear_from(tick)
-        self._in_flight, self._mid_due = None, None
+        self._in_flight.clear()
 
     def tick(self, tick: int, observation: dict[str, np.ndarray]) -> TimedAction | None:
         """The action for ``tick``, or None for a stall (the caller holds the last safe command)."""
         for resp in self.client.poll(tick):
             self._splice(resp, tick)
-        if self._in_flight is not None and tick - self._sent_at > self.cfg.request_timeout:
-            self._in_flight = None  # lost (e.g. the server restarted): ask again
-            self.metrics.resent += 1
-        if self._mid_due is not None and tick >= self._mid_due and self._in_flight is not None:
-            self.client.submit_mid(self._in_flight.request_id, tick, observation)
-            self._mid_due = None
+        for request_id, flight in list(self._in_flight.items()):
+            if tick - flight.sent_at > self.cfg.request_timeout:
+                del self._in_flight[request_id]  # lost (e.g. the server restarted): ask again
+                self.metrics.resent += 1
+            elif flight.mid_due is not None and tick >= flight.mid_due:
+                self.client.submit_mid(request_id, tick, observation)
+                flight.mid_due = None
         if self.should_request(tick):
             self._request(tick, observation)
             for resp in self.client.poll(tick):  # a zero-delay answer is usable this very tick

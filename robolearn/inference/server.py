@@ -16,6 +16,7 @@ Malformed or mismatching requests are rejected with a counted reason, never fata
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from pathlib import Path
@@ -27,7 +28,7 @@ import zmq
 
 from robolearn.builders import task_specs
 from robolearn.checkpoint import load_checkpoint
-from robolearn.inference.protocol import REQUEST, RESPONSE, request_from_wire, response_to_wire
+from robolearn.inference.protocol import REQUEST, RESPONSE, ChunkResponse, request_from_wire, response_to_wire
 from robolearn.inference.runner import ChunkPolicyRunner
 from robolearn.registry import lookup
 from robolearn.specs import SpecError
@@ -40,9 +41,14 @@ from robolearn.transport.wire import RejectCounter, WireError, decode, encode
 class PolicyServer:
     def __init__(self, runner: ChunkPolicyRunner, host: str = "127.0.0.1", port: int = 0, max_batch: int = 32,
                  weights_endpoint: str | None = None, extra_latency_ms: tuple[float, float] | None = None,
-                 seed: int = 0, keys: CurveKeys | None = None) -> None:
+                 seed: int = 0, keys: CurveKeys | None = None, concurrent_latency: bool = False) -> None:
         self.runner = runner
+        # emulate a heavier model: each batch's answers take a uniform draw in this range (ms) in all. Serially
+        # (the server waits it out before the next batch: one model, one batch at a time), or with
+        # ``concurrent_latency`` held back while later batches are served (a server that runs several at once)
         self.extra_latency_ms = extra_latency_ms
+        self.concurrent_latency = concurrent_latency
+        self._held: list[tuple[float, bytes, ChunkResponse]] = []  # (due, robot, answer), concurrent only
         self._rng = np.random.default_rng(seed)
         self.ctx = zmq.Context()
         self.auth = Authenticator(self.ctx, keys) if keys else None  # CURVE: authorized robots only
@@ -75,26 +81,44 @@ class PolicyServer:
             got.append((identity, req))
         return got
 
+    def _send(self, identity: bytes, resp: ChunkResponse) -> None:
+        meta, arrays = response_to_wire(resp)
+        self.sock.send_multipart([identity, *encode(RESPONSE, "policy-server", resp.request_id, meta, arrays)],
+                                 copy=False)
+
+    def _send_due(self) -> None:
+        now = time.perf_counter()
+        due = [h for h in self._held if h[0] <= now]
+        self._held = [h for h in self._held if h[0] > now]
+        for _, identity, resp in sorted(due, key=lambda h: h[0]):
+            self._send(identity, resp)
+
     def serve_once(self, timeout_ms: int = 100) -> int:
         """Answer every request waiting (waiting up to ``timeout_ms`` for one); returns how many."""
         if self.weights is not None:
             self.weights.poll()
             if self.weights.apply_pending():
                 self.runner.version = self.weights.version
+        self._send_due()
+        if self._held:  # wake for the next held answer
+            timeout_ms = min(timeout_ms, max(0, math.ceil((min(h[0] for h in self._held) - time.perf_counter()) * 1e3)))
         if not self.sock.poll(timeout_ms):
+            self._send_due()
             return 0
         batch = self._drain()
         if not batch:
             return 0
         t0 = time.perf_counter()
         responses = self.runner.run([req for _, req in batch])
-        if self.extra_latency_ms is not None:  # emulate a heavier model: the answer takes this long in all
+        if self.extra_latency_ms is not None and self.concurrent_latency:
+            due = t0 + self._rng.uniform(*self.extra_latency_ms) / 1e3
+            self._held += [(due, identity, resp) for (identity, _), resp in zip(batch, responses)]
+            responses = []
+        elif self.extra_latency_ms is not None:
             total_s = self._rng.uniform(*self.extra_latency_ms) / 1e3
             time.sleep(max(0.0, total_s - (time.perf_counter() - t0)))
         for (identity, _), resp in zip(batch, responses):
-            meta, arrays = response_to_wire(resp)
-            self.sock.send_multipart([identity, *encode(RESPONSE, "policy-server", resp.request_id, meta, arrays)],
-                                     copy=False)
+            self._send(identity, resp)
         self.batches += 1
         self.requests += len(batch)
         self.batch_sizes.append(len(batch))

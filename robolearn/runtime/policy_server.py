@@ -134,13 +134,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch threads for the forward pass")
     ap.add_argument("--extra-latency-ms", type=float, nargs=2, metavar=("LOW", "HIGH"),
                     help="answer each batch after a uniform draw in [LOW, HIGH] ms (emulates a heavier model)")
+    ap.add_argument("--concurrent-latency", action="store_true",
+                    help="with --extra-latency-ms: serve later batches while earlier answers wait out their latency "
+                         "(a server that runs several requests at once), instead of one batch at a time")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     register_builtins()
     runner = build_runner(args.task, args.policy, args.weights, json.loads(args.policy_config), args.checkpoint)
     server = PolicyServer(runner, args.host, args.port, args.max_batch, args.weights_endpoint,
                           tuple(args.extra_latency_ms) if args.extra_latency_ms else None,
-                          keys=load_keys(args.keys_dir))
+                          keys=load_keys(args.keys_dir), concurrent_latency=args.concurrent_latency)
     if args.endpoint_file:
         tmp = Path(args.endpoint_file + ".tmp")
         tmp.write_text(json.dumps({"endpoint": server.endpoint, "pid": os.getpid()}))
