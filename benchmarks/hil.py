@@ -2,7 +2,7 @@
 then HABC and Hi-ORS online, against a control arm, for several seeds.
 
     make bench-hil        (python benchmarks/hil.py [--seeds 0 1 2] [--demos 20] [--rounds 8] [--episodes-per-round 10])
-    python benchmarks/hil.py --oracle       (the old human: reacts at once, exact expert actions, 2 takeovers)
+    python benchmarks/hil.py --oracle       (an oracle human: reacts at once, exact expert actions, 2 takeovers)
 
 Per seed s:
 1. The scripted expert records ``--demos`` seeded pick_cube episodes; a flow-matching chunk policy (H = 10, execute
@@ -207,7 +207,7 @@ def main() -> None:
     ap.add_argument("--max-takeovers", type=int, default=1, help="the human's budget per episode (oracle 2)")
     ap.add_argument("--reaction-ticks", type=int, default=5, help="the human's (oracle 0)")
     ap.add_argument("--action-noise", type=float, default=0.15, help="the human's, normalised units (oracle 0)")
-    ap.add_argument("--oracle", action="store_true", help="the old oracle human instead (ScriptedHumanConfig())")
+    ap.add_argument("--oracle", action="store_true", help="an oracle human instead (ScriptedHumanConfig())")
     args = ap.parse_args()
     torch.set_num_threads(2)
     env = PickCubeEnv()

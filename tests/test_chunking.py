@@ -322,3 +322,22 @@ def test_a_pipelined_chunk_that_arrives_after_a_newer_one_is_dropped():
     executed = [it for t in range(400) if (it := ex.tick(t, {"state": np.zeros(3, np.float32)})) is not None]
     chunks = [it.chunk_id for it in executed]
     assert chunks == sorted(chunks) and len(set(chunks)) > 50
+
+
+def test_two_stage_requests_are_not_pipelined_and_need_a_two_stage_policy():
+    from robolearn.inference.protocol import ChunkRequest
+    from robolearn.inference.runner import ChunkPolicyRunner
+    from robolearn.policies.flow_chunk import FlowChunkPolicy, FlowChunkPolicyConfig
+    from robolearn.sim.reach import ReachEnv
+    from robolearn.specs import SpecError
+
+    with pytest.raises(ValueError, match="cannot be combined"):
+        ChunkingConfig(max_in_flight=2, mid_observation_ticks=1)
+    env = ReachEnv()
+    one_stage = FlowChunkPolicy(env.observation_spec, env.action_spec, FlowChunkPolicyConfig(hidden_dims=[16]))
+    runner = ChunkPolicyRunner(one_stage, env.observation_spec, 6)
+    obs, _ = env.reset(seed=0)
+    req = ChunkRequest(0, 0, obs, np.zeros((2, 6), np.float32), planned_delay=2, mid_ticks=1)
+    with pytest.raises(SpecError, match="takes no mid-inference observation"):
+        runner.run_trunk([req])
+    env.close()

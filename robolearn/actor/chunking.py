@@ -20,8 +20,8 @@ Modes (``ChunkingConfig.mode``), docs/algorithms.md, "Latency-aware chunk schedu
                    ``mid_observation_ticks`` = d_RL > 0 the request is two-stage (ARLI late binding):
                    d_RL ticks before the chunk is due the executor sends the then-current observation
                    and the policy finishes the chunk with it. With ``max_in_flight`` > 1 requests are
-                   pipelined: the next chunk is asked for s actions after the newest one is expected,
-                   whether or not it has arrived, so a server that answers several at once keeps the
+                   pipelined: the next chunk is asked for so that it is due s actions after the newest one
+                   is expected, whether or not that one has arrived, so a server that answers several at once keeps the
                    robot fed when inference takes more than H - s ticks (one request at a time stalls
                    once it takes more than H / 2).
 
@@ -91,6 +91,10 @@ class ChunkingConfig:
         if self.max_in_flight < 1 or (self.max_in_flight > 1 and self.mode != "latency_aware"):
             raise ValueError(f"chunking.max_in_flight must be >= 1, and > 1 only with mode=latency_aware; got "
                              f"{self.max_in_flight} with mode={self.mode}")
+        if self.max_in_flight > 1 and self.mid_observation_ticks:
+            # a later request may load newer weights between an earlier one's trunk and its head
+            raise ValueError("chunking.max_in_flight > 1 (pipelined) and mid_observation_ticks > 0 (two-stage) "
+                             "cannot be combined")
 
 
 class DelayEstimator:

@@ -78,6 +78,8 @@ class SimulatedLatencyClient:
         if request_id not in self._awaiting:
             return  # given up on
         request, due, trunk = self._awaiting.pop(request_id)
+        for stale in [i for i in self._awaiting if i < request_id]:
+            del self._awaiting[stale]  # given up on by the executor before their mid observation was due
         request.mid_observation, request.mid_tick = observation, tick
         resp = self.runner.run_head([request], trunk)[0]
         resp.waited_for_mid = tick + request.mid_ticks > due

@@ -29,7 +29,6 @@ class TrunkResult:
     """What a two-stage policy's trunk computed for a batch of requests, waiting for their mid observations."""
 
     features: torch.Tensor          # (B, F), the policy's own
-    planned_offsets: np.ndarray     # (B,) the mid offsets k the trunk was given
     ms: float                       # its compute time
 
 
@@ -68,7 +67,7 @@ class ChunkPolicyRunner:
         if getattr(self.policy, "takes_mid_observation", False):
             if any(k > r.prefix_len for k, r in zip(offsets, requests)):
                 raise SpecError("a mid observation taken after the committed prefix ends")
-        elif offsets.any() or any(r.mid_observation is not None for r in requests):
+        elif any(r.mid_observation is not None for r in requests):
             raise SpecError(f"a two-stage request (chunking.mid_observation_ticks > 0) reached "
                             f"{type(self.policy).__name__}, which takes no mid-inference observation")
         return offsets
@@ -95,16 +94,17 @@ class ChunkPolicyRunner:
 
     def run_trunk(self, requests: list[ChunkRequest]) -> TrunkResult:
         """Two-stage, at request time: the trunk on the first observations, for the planned mid offsets."""
-        if not hasattr(self.policy, "predict_trunk"):
+        if not getattr(self.policy, "takes_mid_observation", False):
             raise SpecError(f"a two-stage request (chunking.mid_observation_ticks > 0) reached "
-                            f"{type(self.policy).__name__}, which has no trunk and head")
+                            f"{type(self.policy).__name__}, which takes no mid-inference observation (a two-stage "
+                            "policy has a trunk and a head: policy.mid_observation=true)")
         t0 = time.perf_counter()
         observations, prefix, lens = self._batch(requests)
         planned = np.array([r.planned_delay - r.mid_ticks for r in requests], np.int64)
         if (planned < 0).any() or (planned > lens).any():
             raise SpecError("a two-stage request's planned mid observation falls outside its committed prefix")
         features = self.policy.predict_trunk(observations, prefix, lens, planned)
-        return TrunkResult(features, planned, (time.perf_counter() - t0) * 1e3)
+        return TrunkResult(features, (time.perf_counter() - t0) * 1e3)
 
     def run_head(self, requests: list[ChunkRequest], trunk: TrunkResult) -> list[ChunkResponse]:
         """Two-stage, once each request has its mid observation: the head alone. A mid observation taken at

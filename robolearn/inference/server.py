@@ -48,6 +48,9 @@ class PolicyServer:
         # ``concurrent_latency`` held back while later batches are served (a server that runs several at once)
         self.extra_latency_ms = extra_latency_ms
         self.concurrent_latency = concurrent_latency
+        if concurrent_latency and extra_latency_ms is None:
+            raise ValueError("concurrent_latency emulates a server that answers several requests at once, and "
+                             "needs extra_latency_ms (--extra-latency-ms) to emulate")
         self._held: list[tuple[float, bytes, ChunkResponse]] = []  # (due, robot, answer), concurrent only
         self._rng = np.random.default_rng(seed)
         self.ctx = zmq.Context()
@@ -94,7 +97,9 @@ class PolicyServer:
             self._send(identity, resp)
 
     def serve_once(self, timeout_ms: int = 100) -> int:
-        """Answer every request waiting (waiting up to ``timeout_ms`` for one); returns how many."""
+        """Answer every request waiting (waiting up to ``timeout_ms`` for one); returns how many. With
+        ``concurrent_latency`` their answers are held until due (sent by this or a later call; those still held at
+        ``close`` are dropped, as a stopping server's would be)."""
         if self.weights is not None:
             self.weights.poll()
             if self.weights.apply_pending():

@@ -297,6 +297,8 @@ class FlowChunkPolicy(nn.Module):
         ``FlopCounterMode`` on a one-row request with a half-length prefix; ``head_share`` = head / both."""
         from torch.utils.flop_counter import FlopCounterMode
 
+        if not self.takes_mid_observation:
+            raise ValueError("trunk_head_flops: a one-stage flow policy has no trunk and head (mid_observation=false)")
         state = torch.zeros(1, self.obs_dim)
         prefix = torch.zeros(1, self.max_prefix, self.action_dim)
         lens, k = torch.tensor([self.max_prefix // 2]), torch.tensor([0])

@@ -62,6 +62,8 @@ def main(argv: list[str]) -> int:
             _print_scores(report)
         return 0
     try:
+        if args.use_state and args.state:
+            raise ValueError("give --use-state (all of observation.state) or --state PATTERNS, not both")
         state = ("*",) if args.use_state else tuple(p for p in args.state.split(",") if p)
         config = TrainConfig(cameras=tuple(c for c in args.cameras.split(",") if c), state=state,
                              epochs=args.epochs, holdout=args.holdout, threshold=args.threshold, seed=args.seed,

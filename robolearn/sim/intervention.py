@@ -4,11 +4,12 @@ drifts off course, hands back after a while. HIL learners (HABC, Hi-ORS) are tes
 It is a HAL teleop (``hardware.teleop.Teleop``): ``read()`` says whether it is driving and with which
 action; the control loop tells it what was executed with ``observe(action)``.
 
-Off course (our rule): the mean distance, over the last ``drift_window`` executed steps, between the
-executed action and what the expert would have done, in normalised action units per element (RMS), is
-above ``drift_threshold``; or the episode has run ``stuck_after`` of its ticks without success. The
-human then drives for ``takeover_ticks`` ticks (flagged as interventions), at most ``max_takeovers``
-times an episode. The expert is asked every tick, so its plan follows the scene while the robot acts.
+Off course (our rule): the mean distance, over the robot's own last ``drift_window`` executed steps (the
+ticks the human drove never count), between the executed action and what the expert would have done, in
+normalised action units per element (RMS), is above ``drift_threshold``; or the episode has run ``stuck_after``
+of its ticks without success. The human then drives for ``takeover_ticks`` ticks (flagged as interventions), at
+most ``max_takeovers`` times an episode. The expert is asked every tick, so its plan follows the scene while the
+robot acts.
 
 By default it is an oracle: it reacts the tick it notices and drives exactly as the expert would. A person is
 not: ``reaction_ticks`` k lets the robot act k more ticks between noticing and taking over (the noticing is
