@@ -68,9 +68,13 @@ class ChunkPolicyRunner:
             if any(k > r.prefix_len for k, r in zip(offsets, requests)):
                 raise SpecError("a mid observation taken after the committed prefix ends")
         elif any(r.mid_observation is not None for r in requests):
-            raise SpecError(f"a two-stage request (chunking.mid_observation_ticks > 0) reached "
-                            f"{type(self.policy).__name__}, which takes no mid-inference observation")
+            raise self._not_two_stage()
         return offsets
+
+    def _not_two_stage(self) -> SpecError:
+        return SpecError(f"a two-stage request (chunking.mid_observation_ticks > 0) reached "
+                         f"{type(self.policy).__name__}, which takes no mid-inference observation (a two-stage "
+                         "policy has a trunk and a head: policy.mid_observation=true)")
 
     def _responses(self, requests: list[ChunkRequest], chunks: np.ndarray, offsets: np.ndarray,
                    ms: float) -> list[ChunkResponse]:
@@ -95,9 +99,7 @@ class ChunkPolicyRunner:
     def run_trunk(self, requests: list[ChunkRequest]) -> TrunkResult:
         """Two-stage, at request time: the trunk on the first observations, for the planned mid offsets."""
         if not getattr(self.policy, "takes_mid_observation", False):
-            raise SpecError(f"a two-stage request (chunking.mid_observation_ticks > 0) reached "
-                            f"{type(self.policy).__name__}, which takes no mid-inference observation (a two-stage "
-                            "policy has a trunk and a head: policy.mid_observation=true)")
+            raise self._not_two_stage()
         t0 = time.perf_counter()
         observations, prefix, lens = self._batch(requests)
         planned = np.array([r.planned_delay - r.mid_ticks for r in requests], np.int64)

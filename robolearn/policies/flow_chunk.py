@@ -124,15 +124,19 @@ class FlowChunkPolicy(nn.Module):
         the committed actions from the mid tick on, ``prefix`` (B, D', A) of which ``prefix_len`` (B,) count, and
         the mid state's offset k (B,) ticks. Never the mid state itself."""
         committed = 1 - prefix_mask(prefix_len, self.horizon)
-        k = offset.float().clamp(0, self.max_prefix).unsqueeze(-1) / max(1, self.max_prefix)
+        k = self._offset_feature(offset)
         inp = [self.normalise(first), k, (committed.unsqueeze(-1) * self._pad_prefix(prefix)).flatten(1), committed]
         return self.trunk(torch.cat(inp, dim=-1))
+
+    def _offset_feature(self, offset: torch.Tensor) -> torch.Tensor:
+        """The mid state's offset k (B,) ticks as the input k / D, (B, 1)."""
+        return offset.float().clamp(0, self.max_prefix).unsqueeze(-1) / max(1, self.max_prefix)
 
     def head_condition(self, features: torch.Tensor, mid: torch.Tensor,
                        offset: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Two-stage: the head's condition [f; s_mid; k / D] (B, C) and the trunk's chunk estimate mu_T (B, H, A)."""
         f, mu_trunk = features.split([self.config.trunk_features, self.horizon * self.action_dim], dim=-1)
-        k = offset.float().clamp(0, self.max_prefix).unsqueeze(-1) / max(1, self.max_prefix)
+        k = self._offset_feature(offset)
         return torch.cat([f, self.normalise(mid), k], dim=-1), mu_trunk.view(-1, self.horizon, self.action_dim)
 
     def denoise(self, cond: torch.Tensor, x: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
