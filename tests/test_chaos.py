@@ -20,6 +20,7 @@ from chaos import MAX_REJOIN_S, chaos_run  # noqa: E402
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.slow  # the fast tier's kill test is test_buffer_durability's 20 SIGKILLs
 def test_four_kills_lose_nothing_and_store_nothing_twice(tmp_path):
     fast = ["actor.realtime=true", "runtime.policy_server=true", "policy.hidden_dims=[32,32]",
             "algo.critic_hidden_dims=[32,32]", "learner.batch_size=32", "learner.learning_starts=100",

@@ -16,6 +16,7 @@ from tests.helpers import fast_run_overrides, read_buffer, robolearn, start_robo
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.slow
 def test_killed_learner_resumes_from_checkpoint_with_its_buffer(tmp_path):
     run = tmp_path / "runs" / "kill"
     proc = start_robolearn(["run", *fast_run_overrides("kill", 3.0), "runtime.learner_restarts=0"], cwd=tmp_path)

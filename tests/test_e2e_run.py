@@ -81,6 +81,7 @@ def test_run_under_inference_delay_executes_chunks_without_stalls(tmp_path):
     assert set(delays.tolist()) == {0, 3} and (delays == 3).mean() > 0.5
 
 
+@pytest.mark.slow  # the fast tier's person is in test_real_robot_run
 def test_hil_run_with_habc_the_scripted_human_and_a_lag_limit(tmp_path):
     """algo=habc on pick_cube with a flow chunk policy: the scripted human takes over (steps flagged as
     interventions, source HUMAN), the same learner loop updates, and actors respect max_policy_lag."""

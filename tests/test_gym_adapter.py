@@ -104,6 +104,7 @@ def test_unbounded_elements_are_standardised_from_the_data_and_the_statistics_tr
     assert float(norm(torch.tensor([[1e6, 0.0]]))[0, 0]) == ObsNormaliser.CLIP
 
 
+@pytest.mark.slow  # the fast tier runs reacher through the adapter
 @pytest.mark.e2e
 def test_an_env_from_a_module_is_imported_by_every_process_and_sac_learns_its_goal(tmp_path, monkeypatch):
     """``tests.goal_env:GoalPoint-v0`` through the production run (learner, two actors, the policy server):

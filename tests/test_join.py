@@ -2,8 +2,9 @@
 the learner's run with ``runtime.num_actors=0`` and one remote slot, the joined actor in its own directory.
 
 With the fault injector (``tests/fault_proxy.py``) between the joined actor and the learner's transitions and
-weights ports (100 +- 50 ms each way, every connection reset every 3-7 s) the run still learns reach, and the
-joined actor's own ledger, held against the learner's buffer log, shows nothing lost or stored twice."""
+weights ports (100 +- 50 ms each way, every connection reset every 3-7 s) the learner's weights still reach the
+robot PC, the joined actor's own ledger, held against the learner's buffer log, shows nothing lost or stored twice,
+and (slow tier) the run converges on reach."""
 
 import json
 
@@ -23,11 +24,15 @@ def _ports(run) -> dict:
     return {ch: endpoint_port(endpoints[ch]) for ch in ("transitions", "weights")}
 
 
-def test_a_robot_pc_joins_through_a_faulty_network_learns_and_loses_nothing(tmp_path):
+# The fast tier checks the network half (nothing lost, weights arrive through the faults) on a short run; whether
+# that run also converged depends on how fast this machine learns in its minutes, so the slow tier checks it.
+@pytest.mark.parametrize("minutes, converge", [(0.8, False), pytest.param(2.5, True, marks=pytest.mark.slow)],
+                         ids=["no-loss", "converges"])
+def test_a_robot_pc_joins_through_a_faulty_network_learns_and_loses_nothing(tmp_path, minutes, converge):
     (tmp_path / "ws").mkdir()
     (tmp_path / "pc").mkdir()
     join_port = free_port()
-    ws = start_robolearn(["run", *fast_run_overrides("far", 1.5), "runtime.num_actors=0",
+    ws = start_robolearn(["run", *fast_run_overrides("far", minutes), "runtime.num_actors=0",
                           "runtime.remote_actors=1", f"runtime.join_port={join_port}"], cwd=tmp_path / "ws")
     proxies, pc = [], None
     try:
@@ -50,10 +55,15 @@ def test_a_robot_pc_joins_through_a_faulty_network_learns_and_loses_nothing(tmp_
     assert ws.returncode == 0 and summary["ok"], ws_out
     assert pc.returncode == 0, pc_out
     assert "joined run 'far'" in pc_out and "0 batches left unacknowledged" in pc_out
-    assert min(p.resets for p in proxies) >= 10, [p.resets for p in proxies]  # the faults happened
+    assert min(p.resets for p in proxies) >= 5 * minutes, [p.resets for p in proxies]  # the faults happened
     audit = audit_run(run, joined=(tmp_path / "pc" / "joined",))
-    assert audit["produced_by_actor"].keys() == {"actor-0"} and audit["produced_steps"] > 1000, audit
+    assert audit["produced_by_actor"].keys() == {"actor-0"} and audit["produced_steps"] > 500, audit
     assert audit["lost_steps"] == 0 and audit["duplicate_steps"] == 0 and audit["pending_steps"] == 0, audit
+    joined = read_json(tmp_path / "pc" / "joined" / "status" / "actor-0.json")
+    # the learner's versions reached the robot PC through the faulty weights port, up to a late one
+    assert joined["versions_received"] >= 5 and joined["version"] >= summary["policy_version"] // 2, (joined, summary)
+    if not converge:
+        return
     r = robolearn(["eval", f"run_dir={run}", "episodes=20", "seed=900000"], cwd=tmp_path, timeout=120)
     assert r.returncode == 0, r.stderr
     success = float(r.stdout.split("success rate ")[1].split("%")[0]) / 100
@@ -62,6 +72,7 @@ def test_a_robot_pc_joins_through_a_faulty_network_learns_and_loses_nothing(tmp_
     assert success >= 0.8, r.stdout  # converged: a deterministic evaluation on seeds no episode used
 
 
+@pytest.mark.slow  # the fast tier checks CURVE in test_curve
 def test_a_robot_pc_joins_a_run_bound_with_curve_keys_only_with_its_client_key(tmp_path):
     (tmp_path / "ws").mkdir()
     (tmp_path / "pc").mkdir()

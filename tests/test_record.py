@@ -21,6 +21,7 @@ def test_reach_expert_succeeds_on_seeded_episodes():
     assert successes / 20 >= 0.95  # the full 100-episode figure: benchmarks/experts.py
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_recorded_demos_load_in_lerobot_and_act_trains_on_them(tmp_path):
     from lerobot.configs.types import FeatureType
