@@ -110,10 +110,10 @@ def serve_robolearn(folder: str, endpoint_file: str) -> None:
 
     from robolearn.inference.runner import ChunkPolicyRunner
     from robolearn.inference.server import PolicyServer
-    from robolearn.policies.lerobot_policy import LerobotChunkPolicy
+    from robolearn.policies.lerobot_policy import LerobotFolderPolicy
 
     torch.set_num_threads(os.cpu_count() or 1)
-    policy = LerobotChunkPolicy(folder, action_spec())
+    policy = LerobotFolderPolicy(folder, action_spec())
     server = PolicyServer(ChunkPolicyRunner(policy, policy.observation_spec, STATE))
     Path(endpoint_file).write_text(json.dumps({"endpoint": server.endpoint}))
     while True:

@@ -18,6 +18,15 @@ from robolearn.buffer.replay_buffer import PARTITIONS, ReplayBuffer
 from robolearn.specs import ActionSpec
 
 DEMO_CODE = PARTITIONS.index("demo")
+BC_POLICY = ("weighted_loss", "normalise", "obs_dim", "horizon")  # what the BC learners use of a policy
+
+
+def require_bc_policy(policy: object, algo: str) -> None:
+    """The BC learners train a chunk policy by weighted imitation; say which policies those are when it is not."""
+    if not all(hasattr(policy, name) for name in BC_POLICY):
+        raise ValueError(f"algo={algo} trains a chunk policy by weighted BC: policy=flow_chunk, or policy=lerobot "
+                         f"built by policy.type (a folder's policy, policy.path, is served as saved, not trained); "
+                         f"got {type(policy).__name__}")
 
 
 def sample_chunk_windows(buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: int, horizon: int,

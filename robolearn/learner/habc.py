@@ -14,8 +14,9 @@ A value model with a shared backbone phi and two heads scores every window (s, a
 Weights by source: demo 1, intervention 1 (g with ``reweight_interventions``), outcome-labelled
 autonomous step of a successful episode g, of a failed one 0. An autonomous step that is not labelled
 (it precedes an intervention in its episode: the human took over because of it) also gets 0.
-w = w_raw / max(mean_B w_raw, eps); actor loss = mean_B w * (the policy's per-example BC loss, here the
-prefix-masked flow matching of ``FlowChunkPolicy``).
+w = w_raw / max(mean_B w_raw, eps); actor loss = mean_B w * (the policy's per-example BC loss: the
+prefix-masked flow matching of ``FlowChunkPolicy``, or a lerobot policy's own loss on the batch redrawn by w,
+``LerobotChunkPolicy.weighted_loss``).
 
 Credit labels come from the buffer (``labelled``: autonomous, after the episode's last intervention).
 Choices left open and taken here: s' is the observation after the H-step window (the chunk is the
@@ -31,8 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from robolearn.buffer.replay_buffer import ReplayBuffer
-from robolearn.learner.chunk_batch import sample_chunk_windows
-from robolearn.policies.flow_chunk import FlowChunkPolicy
+from robolearn.learner.chunk_batch import require_bc_policy, sample_chunk_windows
 from robolearn.policies.mlp import mlp
 from robolearn.specs import ActionSpec
 
@@ -115,13 +115,12 @@ def value_losses(heads: ValueHeads, batch: dict[str, torch.Tensor], huber_delta:
 
 
 class HABC:
-    """The chunk policy (a ``FlowChunkPolicy``) and the value heads; ``update`` does one step of each."""
+    """The chunk policy (``policy=flow_chunk`` or ``policy=lerobot``) and the value heads; ``update`` does one
+    step of each."""
 
     def __init__(self, policy: nn.Module, config: HABCConfig, seed: int = 0) -> None:
         self.cfg = config
-        if not isinstance(policy, FlowChunkPolicy):
-            raise ValueError(f"algo=habc trains a flow-matching chunk policy (policy=flow_chunk), "
-                             f"got {type(policy).__name__}")
+        require_bc_policy(policy, "habc")
         self.actor = policy
         self.horizon = policy.horizon
         self.heads = ValueHeads(policy.normalise, policy.obs_dim, config.value_hidden_dims)
@@ -145,8 +144,7 @@ class HABC:
             g = torch.ones_like(g)
         w = normalise_weights(raw_weights(g, batch, self.cfg.reweight_interventions))
         self.actor.train()
-        bc = self.actor.loss(batch["obs"], batch["actions"], valid=batch["valid"])
-        actor_loss = (w * bc).mean()
+        actor_loss = self.actor.weighted_loss(batch["obs"], batch["actions"], batch["valid"], w)
         self.actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_opt.step()

@@ -1,7 +1,8 @@
 """Hi-ORS: rejection sampling with reward-weighted supervision (docs/algorithms.md, "Hi-ORS").
 
 An episode is accepted when its return R >= m; the threshold m never decreases. The policy is trained
-by flow matching on windows of accepted episodes only (interventions inside them are kept):
+by its BC loss (flow matching for ``policy=flow_chunk``; a lerobot policy's own loss) on windows of accepted
+episodes only (interventions inside them are kept):
 
     L = E[ 1[R >= m] * || v_theta(x_u, u, s) - (x_1 - x_0) ||^2 ]
 
@@ -27,8 +28,7 @@ import torch
 from torch import nn
 
 from robolearn.buffer.replay_buffer import ReplayBuffer
-from robolearn.learner.chunk_batch import sample_chunk_windows
-from robolearn.policies.flow_chunk import FlowChunkPolicy
+from robolearn.learner.chunk_batch import require_bc_policy, sample_chunk_windows
 from robolearn.specs import ActionSpec
 
 
@@ -73,9 +73,7 @@ def not_noop(actions: torch.Tensor, tolerance: float) -> torch.Tensor:
 class HiORS:
     def __init__(self, policy: nn.Module, config: HiORSConfig, seed: int = 0) -> None:
         self.cfg = config
-        if not isinstance(policy, FlowChunkPolicy):
-            raise ValueError(f"algo=hiors trains a flow-matching chunk policy (policy=flow_chunk), "
-                             f"got {type(policy).__name__}")
+        require_bc_policy(policy, "hiors")
         self.actor = policy
         self.horizon = policy.horizon
         self.threshold = AcceptanceThreshold(config.initial_threshold, config.threshold_quantile,
@@ -98,8 +96,9 @@ class HiORS:
         self.actor.normalise.update(batch["obs"])  # running statistics of unbounded state elements
         keep = not_noop(batch["actions"], self.cfg.noop_tolerance)
         self.actor.train()
-        fm = self.actor.loss(batch["obs"], batch["actions"], valid=batch["valid"])
-        loss = (keep * fm).sum() / keep.sum().clamp(min=1.0)
+        # sum(keep * l) / max(sum(keep), 1), as a weighted mean: w = keep / max(mean(keep), 1 / B)
+        w = keep / keep.mean().clamp(min=1.0 / keep.shape[0])
+        loss = self.actor.weighted_loss(batch["obs"], batch["actions"], batch["valid"], w)
         self.actor_opt.zero_grad(set_to_none=True)
         loss.backward()
         self.actor_opt.step()

@@ -204,6 +204,11 @@ class FlowChunkPolicy(nn.Module):
         m = m * valid
         return (m * err).sum(-1) / m.sum(-1).clamp(min=1.0) + mean_loss
 
+    def weighted_loss(self, state: torch.Tensor, actions: torch.Tensor, valid: torch.Tensor,
+                      weights: torch.Tensor) -> torch.Tensor:
+        """mean_B(w * loss): the BC learners' objective, ``weights`` (B,) >= 0 (mean 1 for an unbiased scale)."""
+        return (weights * self.loss(state, actions, valid=valid)).mean()
+
     @torch.no_grad()
     def sample(self, state: torch.Tensor, prefix: torch.Tensor | None = None,
                prefix_len: torch.Tensor | None = None, steps: int | None = None) -> torch.Tensor:

@@ -1,31 +1,139 @@
-"""Any lerobot policy saved with ``save_pretrained`` (plus its pre/post-processors) as a chunk policy that
-robolearn's policy server and clients serve: ``predict_chunk`` runs lerobot's own preprocessing,
-``predict_action_chunk`` and postprocessing, exactly as lerobot's async-inference server does.
+"""lerobot's policies as robolearn chunk policies (``policy=lerobot``): served by robolearn's policy server,
+executed by its chunk executor, and, when robolearn builds them, trained by its BC learners (HABC, Hi-ORS).
 
-Observation keys: ``state`` is lerobot's ``observation.state``; a camera ``front`` is
-``observation.images.front``, sent as uint8 (H, W, 3) and turned into float (3, H, W) in [0, 1] here.
-Actions come back in robot units from lerobot's postprocessor and are normalised with the robot's
-action spec, like every chunk policy's output. The committed prefix is ignored (lerobot policies are
-not prefix-conditioned). Weights load from safetensors; nothing is unpickled.
+Two ways to get one (docs/algorithms.md, "lerobot policies"):
+
+- ``policy.type=act`` (any type lerobot registers) with ``policy.config`` (the lerobot config's own fields,
+  e.g. ``chunk_size``, ``dim_model``): built for the task's state, trained here. robolearn scales the state
+  (``ObsNormaliser``: spec bounds, running statistics for unbounded elements) and the actions ([-1, 1] by the
+  action spec) itself, so lerobot's normalisation is identity and its processors are not used. The state vector
+  is given to lerobot both as ``observation.state`` and as ``observation.environment_state``: ACT and Diffusion
+  refuse inputs with neither an image nor an environment state, and robolearn's state holds the scene's values
+  too (the target, the cube). Cameras are not inputs here: the BC learners' batches carry the state alone.
+- ``policy.path=DIR``: a folder saved by lerobot's ``save_pretrained`` (with its pre/post-processors), served as
+  saved: lerobot's own preprocessing, ``predict_action_chunk`` and postprocessing, exactly as lerobot's
+  async-inference server runs it. Its input features must be observations the task provides (``state`` is
+  ``observation.state``; a camera ``front`` is ``observation.images.front``, sent as uint8 (H, W, 3) and turned
+  into float (3, H, W) in [0, 1] here). Served only: robolearn does not train a policy with another's scaling.
+
+Neither is prefix-conditioned: the committed prefix of a request is ignored (the chunk executor's splice keeps
+the committed actions). Weights load from safetensors; nothing is unpickled.
+
+Weighted BC: the BC learners weight each window (HABC's advantage gate, Hi-ORS's acceptance). lerobot's losses
+reduce over the batch inside the policy, so ``weighted_loss`` draws the batch again with probabilities
+proportional to the weights and takes lerobot's own loss on it: the same objective in expectation,
+E_{i ~ w}[l_i] = mean_B(w l) / mean_B(w), for any policy type.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from robolearn.policies.mlp import ObsNormaliser, state_vector_spec
 from robolearn.specs import ActionSpec, ArraySpec, ObservationSpec
 
-OBS_STATE, OBS_IMAGES = "observation.state", "observation.images."
+OBS_STATE, OBS_ENV_STATE, OBS_IMAGES, ACTION = ("observation.state", "observation.environment_state",
+                                                "observation.images.", "action")
+
+
+@dataclass
+class LerobotPolicyConfig:
+    """``policy=lerobot``."""
+
+    name: str = "lerobot"
+    type: str = "act"              # any policy type lerobot registers (act, diffusion, ...)
+    path: str = ""                 # a local lerobot save_pretrained folder, served as saved ("" builds ``type``)
+    config: dict[str, Any] = field(default_factory=dict)  # the lerobot config's fields, e.g. {chunk_size: 10}
+
+    def __post_init__(self) -> None:
+        if not self.type and not self.path:
+            raise ValueError("policy=lerobot needs policy.type (act, diffusion, ...) or policy.path (a local folder)")
+
+
+def _chunk_length(config: Any) -> int:
+    """The chunk a lerobot config predicts: ``chunk_size`` (ACT, SmolVLA, pi0) or ``horizon`` (Diffusion)."""
+    for key in ("chunk_size", "horizon"):
+        if isinstance(getattr(config, key, None), int):
+            return int(getattr(config, key))
+    raise ValueError(f"lerobot {config.type!r} config has neither chunk_size nor horizon: it predicts no chunk")
 
 
 class LerobotChunkPolicy(nn.Module):
+    """A lerobot policy built by type for the task's state: ``predict_chunk`` (B, S) -> (B, H, A) in [-1, 1],
+    ``weighted_loss`` for the BC learners. ``normalise`` and ``obs_dim`` are what the learners' value heads share."""
+
+    def __init__(self, obs_spec: ObservationSpec, action_spec: ActionSpec, config: LerobotPolicyConfig) -> None:
+        super().__init__()
+        from lerobot.configs.types import FeatureType, NormalizationMode, PolicyFeature
+        from lerobot.policies import get_policy_class
+        from lerobot.policies.factory import make_policy_config
+
+        self.obs_dim = state_vector_spec(obs_spec).shape[0]
+        self.action_dim = action_spec.dim
+        self.normalise = ObsNormaliser(obs_spec)
+        identity = {t.value: NormalizationMode.IDENTITY for t in FeatureType}  # robolearn scales both sides
+        try:  # robolearn's models run on the CPU
+            lcfg = make_policy_config(config.type, **{"normalization_mapping": identity, "device": "cpu",
+                                                      **config.config})
+        except TypeError as exc:  # an unknown field: lerobot's dataclass names it
+            raise ValueError(f"policy.config for lerobot {config.type!r}: {exc}") from None
+        if getattr(lcfg, "n_obs_steps", 1) != 1:
+            raise ValueError(f"policy.config.n_obs_steps must be 1 for lerobot {config.type!r}: a request carries "
+                             f"one observation (got {lcfg.n_obs_steps})")
+        lcfg.input_features = {OBS_STATE: PolicyFeature(FeatureType.STATE, (self.obs_dim,)),
+                               OBS_ENV_STATE: PolicyFeature(FeatureType.ENV, (self.obs_dim,))}
+        lcfg.output_features = {ACTION: PolicyFeature(FeatureType.ACTION, (self.action_dim,))}
+        self.policy = get_policy_class(config.type)(lcfg)
+        self.policy.eval()
+        self.horizon = _chunk_length(lcfg)
+        # lerobot's datasets give an observation time axis to the types that ask for observation deltas
+        # (Diffusion: (B, n_obs_steps, S)); ACT takes (B, S)
+        self._obs_steps_axis = lcfg.observation_delta_indices is not None
+
+    def _inputs(self, state: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Raw (B, S) -> lerobot's batch of the normalised state under both of its keys."""
+        x = self.normalise(state)
+        if self._obs_steps_axis:
+            x = x.unsqueeze(1)
+        return {OBS_STATE: x, OBS_ENV_STATE: x}
+
+    def predict_chunk(self, observations: dict[str, np.ndarray], prefix: np.ndarray, prefix_len: np.ndarray,
+                      explore: bool = False) -> np.ndarray:
+        state = torch.as_tensor(observations["state"], dtype=torch.float32)
+        with torch.inference_mode():
+            chunk = self.policy.predict_action_chunk(self._inputs(state))  # (B, H, A)
+        return chunk.clamp(-1.0, 1.0).cpu().numpy().astype(np.float32)
+
+    def weighted_loss(self, state: torch.Tensor, actions: torch.Tensor, valid: torch.Tensor,
+                      weights: torch.Tensor) -> torch.Tensor:
+        """lerobot's loss on the batch redrawn by ``weights`` (B,) >= 0: state (B, S) raw, actions (B, H, A) in
+        [-1, 1], valid (B, H) 1 for real steps. All weights 0: a zero loss (nothing to imitate)."""
+        if not bool((weights > 0).any()):
+            return torch.zeros((), requires_grad=True)
+        idx = torch.multinomial(weights, weights.shape[0], replacement=True)
+        batch = {**self._inputs(state[idx]), ACTION: actions[idx], "action_is_pad": valid[idx] < 0.5}
+        self.policy.train()
+        try:
+            loss, _ = self.policy.forward(batch)
+        finally:
+            self.policy.eval()
+        return loss
+
+
+class LerobotFolderPolicy(nn.Module):
+    """A lerobot ``save_pretrained`` folder served as saved (its processors scale inputs and outputs)."""
+
     def __init__(self, path: str, action_spec: ActionSpec, state_bounds: float = 1e6) -> None:
         super().__init__()
         from lerobot.configs.policies import PreTrainedConfig
         from lerobot.policies import get_policy_class, make_pre_post_processors
 
+        self.path = path
         cfg = PreTrainedConfig.from_pretrained(path)
         self.policy = get_policy_class(cfg.type).from_pretrained(path)
         # channels-last is oneDNN's preferred layout for convolutions on CPU: the same ACT with a resnet18
@@ -34,7 +142,7 @@ class LerobotChunkPolicy(nn.Module):
         self.policy.eval()
         self.pre, self.post = make_pre_post_processors(self.policy.config, pretrained_path=path)
         self.action_spec = action_spec
-        self.horizon = int(getattr(self.policy.config, "chunk_size", 1))
+        self.horizon = _chunk_length(self.policy.config)
         arrays = {}
         for key, feat in self.policy.config.input_features.items():
             if key == OBS_STATE:
@@ -47,11 +155,22 @@ class LerobotChunkPolicy(nn.Module):
                 raise ValueError(f"lerobot input feature {key!r} has no robolearn observation key")
         self.observation_spec = ObservationSpec(arrays)
 
+    def check_task(self, obs_spec: ObservationSpec) -> None:
+        """Raise naming what the folder's policy needs that the task does not provide (or provides otherwise)."""
+        for key, spec in self.observation_spec.arrays.items():
+            if key not in obs_spec.arrays:
+                raise ValueError(f"the lerobot {self.policy.config.type} policy in {self.path} needs observation "
+                                 f"{key!r}; the task provides {sorted(obs_spec.arrays)}")
+            if tuple(obs_spec.arrays[key].shape) != tuple(spec.shape):
+                raise ValueError(f"the lerobot {self.policy.config.type} policy in {self.path} needs observation "
+                                 f"{key!r} of shape {tuple(spec.shape)}, the task's is "
+                                 f"{tuple(obs_spec.arrays[key].shape)}")
+
     def predict_chunk(self, observations: dict[str, np.ndarray], prefix: np.ndarray, prefix_len: np.ndarray,
                       explore: bool = False) -> np.ndarray:
         batch = {}
-        for key, value in observations.items():
-            t = torch.as_tensor(value)
+        for key in self.observation_spec.arrays:
+            t = torch.as_tensor(observations[key])
             if key == "state":
                 batch[OBS_STATE] = t.float()
             else:  # (B, H, W, 3) uint8 -> (B, 3, H, W) float in [0, 1], channels-last in memory
@@ -62,3 +181,12 @@ class LerobotChunkPolicy(nn.Module):
             # one postprocessor call for the whole chunk: its unnormalisation broadcasts over (B, H, A)
             actions = self.post(chunk)
         return self.action_spec.to_normalised(actions.cpu().numpy()).astype(np.float32)
+
+
+def make_lerobot_policy(obs_spec: ObservationSpec, action_spec: ActionSpec,
+                        config: LerobotPolicyConfig) -> LerobotChunkPolicy | LerobotFolderPolicy:
+    if config.path:
+        policy = LerobotFolderPolicy(config.path, action_spec)
+        policy.check_task(obs_spec)
+        return policy
+    return LerobotChunkPolicy(obs_spec, action_spec, config)

@@ -27,6 +27,7 @@ def register_builtins() -> None:
     from robolearn.learner.hiors import HiORS, HiORSConfig
     from robolearn.learner.sac import SAC, SACConfig
     from robolearn.policies.flow_chunk import FlowChunkPolicyConfig, make_flow_policy
+    from robolearn.policies.lerobot_policy import LerobotPolicyConfig, make_lerobot_policy
     from robolearn.policies.mlp import MLPPolicyConfig, make_policy
     from robolearn.runtime.local import LocalRuntimeConfig, run_local
     from robolearn.sim.cube_tasks import PickCubeColorConfig, PickCubeConfig, PickCubeEnv, PushCubeConfig, PushCubeEnv
@@ -52,6 +53,7 @@ def register_builtins() -> None:
         ("teleop", "gui", GuiTeleopConfig, make_gui_operator),
         ("policy", "mlp", MLPPolicyConfig, make_policy),
         ("policy", "flow_chunk", FlowChunkPolicyConfig, make_flow_policy),
+        ("policy", "lerobot", LerobotPolicyConfig, make_lerobot_policy),
         ("algo", "sac", SACConfig, SAC),
         ("algo", "habc", HABCConfig, HABC),
         ("algo", "hiors", HiORSConfig, HiORS),

@@ -1,0 +1,169 @@
+"""lerobot's policies as robolearn policies (``policy=lerobot``): a tiny ACT built by type for the task's state is
+served by the policy server and trained by HABC and Hi-ORS; a lerobot ``save_pretrained`` folder is served as
+saved; the wrong combinations are refused by name."""
+
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from robolearn.builders import build_policy
+from robolearn.config import compose, validate
+from robolearn.inference.client import RemoteClient
+from robolearn.inference.protocol import ChunkRequest
+from robolearn.inference.runner import ChunkPolicyRunner
+from robolearn.inference.server import PolicyServer
+from robolearn.learner.habc import HABC, HABCConfig
+from robolearn.learner.hiors import HiORS, HiORSConfig
+from robolearn.learner.sac import SAC, SACConfig
+from robolearn.policies.lerobot_policy import LerobotPolicyConfig, make_lerobot_policy
+from robolearn.sim.reach import ReachConfig, ReachEnv
+from robolearn.transport.weights import weights_arrays
+
+H = 5
+TINY_ACT = {"chunk_size": H, "n_action_steps": H, "dim_model": 32, "n_heads": 2, "dim_feedforward": 64,
+            "n_encoder_layers": 1, "n_decoder_layers": 1, "n_vae_encoder_layers": 1, "latent_dim": 8}
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = ReachEnv()
+    yield e
+    e.close()
+
+
+def tiny_act(env, **extra):
+    torch.manual_seed(0)
+    return make_lerobot_policy(env.observation_spec, env.action_spec,
+                               LerobotPolicyConfig(type="act", config={**TINY_ACT, **extra}))
+
+
+def batch(env, b=16, seed=0):
+    """A chunk-window batch as ``chunk_batch.sample_chunk_windows`` gives it (states in the task's units)."""
+    rng = np.random.default_rng(seed)
+    spec = env.observation_spec.arrays["state"]
+    low, high = spec.low_array(), spec.high_array()
+    obs = torch.as_tensor(rng.uniform(low, high, (b, len(low))), dtype=torch.float32)
+    ones = torch.ones(b)
+    return {"obs": obs, "next_obs": obs.flip(0), "actions": torch.as_tensor(rng.uniform(-1, 1, (b, H, 6)),
+                                                                            dtype=torch.float32),
+            "valid": torch.ones(b, H), "done": torch.zeros(b), "demo": ones, "intervention": torch.zeros(b),
+            "labelled": torch.zeros(b), "episode_success": ones}
+
+
+def test_the_config_group_builds_act_with_lerobots_own_fields(env):
+    cfg = validate(compose("config", ["policy=lerobot", "policy.type=act",
+                                           *[f"+policy.config.{k}={v}" for k, v in TINY_ACT.items()]]))
+    policy = build_policy(cfg, env.observation_spec, env.action_spec)
+    assert policy.horizon == H and policy.policy.config.dim_model == 32
+    assert policy.obs_dim == env.observation_spec.arrays["state"].shape[0]
+    with pytest.raises(ValueError, match="policy.config for lerobot 'act'.*no_such_field"):
+        tiny_act(env, no_such_field=1)
+
+
+def test_an_act_built_by_type_is_served_to_two_robots_in_one_batch_and_its_weights_travel(env):
+    policy = tiny_act(env)
+    server = PolicyServer(ChunkPolicyRunner(policy, env.observation_spec, 6, version=2))
+    clients = [RemoteClient(server.endpoint, f"robot-{i}", H, 6) for i in range(2)]
+    try:
+        for i, c in enumerate(clients):
+            obs, _ = env.reset(seed=i)
+            c.submit(ChunkRequest(i, 10, obs, np.zeros((0, 6), np.float32), planned_delay=0, robot_id=f"robot-{i}"))
+        time.sleep(0.2)  # both are waiting: one forward pass serves them
+        assert server.serve_once(1000) == 2
+        chunks = [c.poll(0, timeout_ms=2000)[0].actions for c in clients]
+    finally:
+        for c in clients:
+            c.close()
+        server.close()
+    assert list(server.batch_sizes) == [2] and all(a.shape == (H, 6) for a in chunks)
+    assert np.abs(np.stack(chunks)).max() <= 1.0 and not np.allclose(chunks[0], chunks[1])
+    # the weights on the wire rebuild the same policy in another process (an actor, the server)
+    torch.manual_seed(1)  # a different initialisation, overwritten by the weights
+    other = make_lerobot_policy(env.observation_spec, env.action_spec, LerobotPolicyConfig(config=TINY_ACT))
+    other.load_state_dict({k: torch.from_numpy(v) for k, v in weights_arrays(policy).items()})
+    obs, _ = env.reset(seed=0)
+    one = {k: v[None] for k, v in obs.items()}
+    np.testing.assert_array_equal(other.predict_chunk(one, np.zeros((1, 0, 6)), np.zeros(1, np.int64)),
+                                  policy.predict_chunk(one, np.zeros((1, 0, 6)), np.zeros(1, np.int64)))
+    np.testing.assert_allclose(chunks[0], policy.predict_chunk(one, np.zeros((1, 0, 6)), np.zeros(1, np.int64))[0],
+                               atol=1e-6)
+
+
+def test_the_weighted_loss_is_lerobots_loss_on_the_examples_the_weights_choose(env):
+    policy = tiny_act(env, use_vae=False, dropout=0.0)  # a deterministic loss: no latent sample, no dropout
+    b = batch(env)
+    j = 3
+    only_j = torch.zeros(16)
+    only_j[j] = 1.0
+    loss = policy.weighted_loss(b["obs"], b["actions"], b["valid"], only_j)
+    # the reference: ACT's L1 between its own chunk for example j and j's actions, computed here
+    # (its chunk before robolearn clamps it to the action bounds)
+    with torch.no_grad():
+        chunk = policy.policy.predict_action_chunk(policy._inputs(b["obs"][j:j + 1]))
+    assert loss.item() == pytest.approx((chunk[0] - b["actions"][j]).abs().mean().item(), rel=1e-4)
+    zero = policy.weighted_loss(b["obs"], b["actions"], b["valid"], torch.zeros(16))
+    assert zero.item() == 0.0
+    zero.backward()  # nothing to imitate: a step that changes nothing, not an error
+
+
+def test_habc_and_hiors_train_a_lerobot_act(env):
+    for algo in (HABC(tiny_act(env), HABCConfig(warmup=5, value_hidden_dims=[16])),
+                 HiORS(tiny_act(env), HiORSConfig())):
+        before = {k: v.clone() for k, v in algo.actor.state_dict().items()}
+        b = batch(env)
+        losses = [algo.update(b)["actor_loss"] for _ in range(40)]
+        assert np.mean(losses[-5:]) < 0.7 * np.mean(losses[:5]), (type(algo).__name__, losses)
+        after = algo.actor.state_dict()
+        assert any(not torch.equal(before[k], after[k]) for k in before if k.startswith("policy."))
+
+
+def test_the_wrong_combinations_are_refused_by_name(env, tmp_path):
+    with pytest.raises(ValueError, match="algo=sac"):
+        SAC(tiny_act(env), SACConfig(), env.action_spec)
+    with pytest.raises(ValueError, match=r"needs policy.type \(act.*or policy.path"):
+        LerobotPolicyConfig(type="", path="")
+
+
+def test_a_lerobot_folder_is_served_as_saved_and_needs_what_it_was_trained_on(env, tmp_path):
+    from lerobot.configs.types import FeatureType, PolicyFeature
+    from lerobot.policies.act.configuration_act import ACTConfig
+    from lerobot.policies.act.modeling_act import ACTPolicy
+    from lerobot.policies.factory import make_pre_post_processors
+
+    def save(folder, features):
+        cfg = ACTConfig(input_features={k: PolicyFeature(t, shape) for k, (t, shape) in features.items()},
+                        output_features={"action": PolicyFeature(FeatureType.ACTION, (6,))}, device="cpu",
+                        pretrained_backbone_weights=None, **TINY_ACT)
+        stats = {k: {"mean": torch.zeros(shape[:1] if t != FeatureType.VISUAL else (3, 1, 1)),
+                     "std": torch.ones(shape[:1] if t != FeatureType.VISUAL else (3, 1, 1))}
+                 for k, (t, shape) in features.items()}
+        stats["action"] = {"mean": torch.zeros(6), "std": torch.full((6,), 10.0)}
+        pre, post = make_pre_post_processors(cfg, dataset_stats=stats)
+        ACTPolicy(cfg).save_pretrained(folder)
+        pre.save_pretrained(folder)
+        post.save_pretrained(folder)
+        return LerobotPolicyConfig(path=str(folder))
+
+    camera = ReachEnv(ReachConfig(cameras=["front"], camera_size=32))
+    try:
+        state_and_front = {"observation.state": (FeatureType.STATE, (18,)),
+                           "observation.images.front": (FeatureType.VISUAL, (3, 32, 32))}
+        served = save(tmp_path / "served", state_and_front)
+        policy = make_lerobot_policy(camera.observation_spec, camera.action_spec, served)
+        obs, _ = camera.reset(seed=0)
+        chunk = policy.predict_chunk({k: v[None] for k, v in obs.items()}, np.zeros((1, 0, 6)), np.zeros(1, np.int64))
+        assert chunk.shape == (1, H, 6) and np.isfinite(chunk).all()
+        with pytest.raises(ValueError, match="needs observation 'front'"):  # the task has no such camera
+            make_lerobot_policy(env.observation_spec, env.action_spec, served)
+        with pytest.raises(ValueError, match=r"'state' of shape \(7,\)"):
+            make_lerobot_policy(camera.observation_spec, camera.action_spec, save(
+                tmp_path / "short", {**state_and_front, "observation.state": (FeatureType.STATE, (7,))}))
+        with pytest.raises(ValueError, match="observation.environment_state"):  # no robolearn key for it
+            make_lerobot_policy(camera.observation_spec, camera.action_spec, save(
+                tmp_path / "env", {**state_and_front, "observation.environment_state": (FeatureType.ENV, (3,))}))
+        with pytest.raises(ValueError, match="algo=habc.*served as saved"):
+            HABC(policy, HABCConfig())
+    finally:
+        camera.close()
