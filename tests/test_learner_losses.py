@@ -9,8 +9,9 @@ import torch
 
 from robolearn.buffer.replay_buffer import ReplayBuffer
 from robolearn.learner.habc import gate, normalise_weights, raw_weights, value_losses
-from robolearn.learner.hiors import AcceptanceThreshold, not_noop
+from robolearn.learner.hiors import AcceptanceThreshold, HiORS, HiORSConfig, not_noop
 from robolearn.learner.sac import SAC, SACConfig
+from robolearn.policies.flow_chunk import FlowChunkPolicy, FlowChunkPolicyConfig
 from robolearn.policies.mlp import GaussianChunkPolicy, MLPPolicyConfig
 from robolearn.specs import ActionSpec, ArraySpec, ObservationSpec
 from robolearn.transition import TransitionWriter
@@ -126,6 +127,21 @@ def test_hiors_threshold_rises_with_the_return_quantile_and_never_falls():
     m = AcceptanceThreshold(-math.inf, quantile=0.5, window=50)
     assert [m.observe(r) for r in (1.0, 3.0, 2.0, 0.0, -5.0)] == [1.0, 2.0, 2.0, 2.0, 2.0]
     assert not_noop(torch.tensor([[[0.0, 0.0]], [[0.0, 0.5]]]), 1e-3).tolist() == [0.0, 1.0]
+
+
+@pytest.mark.parametrize("keep", [[1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]], ids=["some", "none"])
+def test_hiors_loss_is_the_mean_flow_loss_over_the_kept_windows(keep):
+    """Hi-ORS's actor loss for the flow policy, sum(keep * l) / max(sum(keep), 1), through ``weighted_loss``."""
+    torch.manual_seed(0)
+    policy = FlowChunkPolicy(OBS, ACT, FlowChunkPolicyConfig(chunk_horizon=3, max_prefix=1, hidden_dims=[8]))
+    algo = HiORS(policy, HiORSConfig())
+    state, valid = torch.randn(4, 2), torch.ones(4, 3)
+    actions = torch.tensor(keep)[:, None, None].expand(4, 3, 1) * 0.5  # a kept window's first action moves
+    torch.manual_seed(1)
+    expected = (torch.tensor(keep) * policy.loss(state, actions, valid=valid)).sum() / max(sum(keep), 1.0)
+    torch.manual_seed(1)  # the same noise and flow times inside the loss
+    got = algo.update({"obs": state, "actions": actions, "valid": valid})["actor_loss"]
+    assert got == pytest.approx(expected.item(), rel=1e-5)
 
 
 def test_discrete_gripper_double_dqn_target_and_policy_output():

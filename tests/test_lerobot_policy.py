@@ -22,7 +22,7 @@ from robolearn.sim.reach import ReachConfig, ReachEnv
 from robolearn.transport.weights import weights_arrays
 
 H = 5
-TINY_ACT = {"chunk_size": H, "n_action_steps": H, "dim_model": 32, "n_heads": 2, "dim_feedforward": 64,
+TINY_ACT = {"chunk_size": H, "dim_model": 32, "n_heads": 2, "dim_feedforward": 64,
             "n_encoder_layers": 1, "n_decoder_layers": 1, "n_vae_encoder_layers": 1, "latent_dim": 8}
 
 
@@ -60,6 +60,10 @@ def test_the_config_group_builds_act_with_lerobots_own_fields(env):
     assert policy.obs_dim == env.observation_spec.arrays["state"].shape[0]
     with pytest.raises(ValueError, match="policy.config for lerobot 'act'.*no_such_field"):
         tiny_act(env, no_such_field=1)
+    with pytest.raises(ValueError, match="policy.config for lerobot 'act'.*n_action_steps"):  # lerobot's own check
+        tiny_act(env, n_action_steps=H + 1)
+    with pytest.raises(ValueError, match="'nope' is not a lerobot policy type.*'act'"):
+        make_lerobot_policy(env.observation_spec, env.action_spec, LerobotPolicyConfig(type="nope"))
 
 
 def test_an_act_built_by_type_is_served_to_two_robots_in_one_batch_and_its_weights_travel(env):
@@ -135,7 +139,7 @@ def test_a_lerobot_folder_is_served_as_saved_and_needs_what_it_was_trained_on(en
     def save(folder, features):
         cfg = ACTConfig(input_features={k: PolicyFeature(t, shape) for k, (t, shape) in features.items()},
                         output_features={"action": PolicyFeature(FeatureType.ACTION, (6,))}, device="cpu",
-                        pretrained_backbone_weights=None, **TINY_ACT)
+                        pretrained_backbone_weights=None, n_action_steps=H, **TINY_ACT)
         stats = {k: {"mean": torch.zeros(shape[:1] if t != FeatureType.VISUAL else (3, 1, 1)),
                      "std": torch.ones(shape[:1] if t != FeatureType.VISUAL else (3, 1, 1))}
                  for k, (t, shape) in features.items()}
@@ -163,7 +167,7 @@ def test_a_lerobot_folder_is_served_as_saved_and_needs_what_it_was_trained_on(en
         with pytest.raises(ValueError, match="observation.environment_state"):  # no robolearn key for it
             make_lerobot_policy(camera.observation_spec, camera.action_spec, save(
                 tmp_path / "env", {**state_and_front, "observation.environment_state": (FeatureType.ENV, (3,))}))
-        with pytest.raises(ValueError, match="algo=habc.*served as saved"):
+        with pytest.raises(ValueError, match="algo=habc.*got LerobotFolderPolicy.*standalone policy server"):
             HABC(policy, HABCConfig())
     finally:
         camera.close()

@@ -132,7 +132,8 @@ def test_bad_input_is_named(dataset, classifier, tmp_path):
 
 def test_the_twin_takes_its_reward_from_the_classifier_and_the_person_overrides_it(classifier, tmp_path):
     out, _ = classifier
-    cfg = RealTaskConfig(reward="classifier", classifier=str(out), cameras=["wrist"], camera_size=32, scene_state=True)
+    cfg = RealTaskConfig(reward="classifier", classifier=str(out), cameras=["wrist"], camera_size=32, scene_state=True,
+                         camera_shadows=False)  # as the classifier's training frames were rendered
     env = RealTaskEnv(cfg)
     assert env.observation_spec.arrays["state"].shape == (21,)  # + the scene's tip and target (a tracker's)
     env.robot.connect()
@@ -179,7 +180,7 @@ def test_a_classifier_reads_its_state_values_by_name_from_another_tasks_state(da
     assert model.spec.state_names == (*(f"{j}.pos" for j in joints), "tip.x", "tip.y", "tip.z")
     assert model.spec.state_dim == 9 and report["config"]["state"] == ["*.pos", "tip.*"]
     env = RealTaskEnv(RealTaskConfig(reward="classifier", classifier=str(tmp_path / "s"), cameras=["wrist"],
-                                     camera_size=32, scene_state=True))
+                                     camera_size=32, scene_state=True, camera_shadows=False))
     names = env.observation_spec.arrays["state"].names
     assert env.classifier.state_index.tolist() == [names.index(n) for n in model.spec.state_names]
     frames = load_frames(dataset)  # a recorded frame, its values placed where the twin's state has them

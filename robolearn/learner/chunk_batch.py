@@ -25,8 +25,10 @@ def require_bc_policy(policy: object, algo: str) -> None:
     """The BC learners train a chunk policy by weighted imitation; say which policies those are when it is not."""
     if not all(hasattr(policy, name) for name in BC_POLICY):
         raise ValueError(f"algo={algo} trains a chunk policy by weighted BC: policy=flow_chunk, or policy=lerobot "
-                         f"built by policy.type (a folder's policy, policy.path, is served as saved, not trained); "
-                         f"got {type(policy).__name__}")
+                         f"built by policy.type; got {type(policy).__name__}" + (
+                             " (a lerobot folder's policy, policy.path, is served as saved by the standalone policy "
+                             "server, python -m robolearn.runtime.policy_server, not trained)"
+                             if hasattr(policy, "check_task") else ""))
 
 
 def sample_chunk_windows(buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: int, horizon: int,

@@ -17,16 +17,22 @@ Two ways to get one (docs/algorithms.md, "lerobot policies"):
   into float (3, H, W) in [0, 1] here). Served only: robolearn does not train a policy with another's scaling.
 
 Neither is prefix-conditioned: the committed prefix of a request is ignored (the chunk executor's splice keeps
-the committed actions). Weights load from safetensors; nothing is unpickled.
+the committed actions), and neither explores: ``explore`` is ignored, so ACT in eval mode gives one chunk per
+observation (no exploration noise in online collection, and no spread for the GUI's uncertainty). A folder's policy
+is served by the standalone policy server (``python -m robolearn.runtime.policy_server --policy lerobot
+--policy-config '{"path": DIR}'``); ``robolearn run`` trains, and its learners refuse it. Weights load from
+safetensors; nothing is unpickled.
 
 Weighted BC: the BC learners weight each window (HABC's advantage gate, Hi-ORS's acceptance). lerobot's losses
 reduce over the batch inside the policy, so ``weighted_loss`` draws the batch again with probabilities
-proportional to the weights and takes lerobot's own loss on it: the same objective in expectation,
-E_{i ~ w}[l_i] = mean_B(w l) / mean_B(w), for any policy type.
+proportional to the weights and takes lerobot's own loss on it: lerobot's objective on the w-weighted data, for any
+policy type (for a per-window loss l_i, E_{i ~ w}[l_i] = mean_B(w l) / mean_B(w); ACT averages its L1 over the
+valid steps of the whole batch, so a window cut by an episode end counts for its valid steps).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,12 +61,35 @@ class LerobotPolicyConfig:
             raise ValueError("policy=lerobot needs policy.type (act, diffusion, ...) or policy.path (a local folder)")
 
 
-def _chunk_length(config: Any) -> int:
-    """The chunk a lerobot config predicts: ``chunk_size`` (ACT, SmolVLA, pi0) or ``horizon`` (Diffusion)."""
-    for key in ("chunk_size", "horizon"):
-        if isinstance(getattr(config, key, None), int):
-            return int(getattr(config, key))
-    raise ValueError(f"lerobot {config.type!r} config has neither chunk_size nor horizon: it predicts no chunk")
+def lerobot_config(policy_type: str, fields: dict[str, Any]) -> Any:
+    """lerobot's config of ``policy_type`` with ``fields``, identity normalisation (robolearn scales both sides), on
+    the CPU (robolearn's models run there), and ``n_action_steps`` = the whole chunk unless set: robolearn's executor
+    decides how much of a chunk runs, and lerobot's defaults would cut the chunk (Diffusion returns 8 of its 16)."""
+    from lerobot.configs.policies import PreTrainedConfig
+    from lerobot.configs.types import FeatureType, NormalizationMode
+
+    try:
+        cls = PreTrainedConfig.get_choice_class(policy_type)
+    except KeyError:
+        raise ValueError(f"policy.type: {policy_type!r} is not a lerobot policy type; lerobot has "
+                         f"{sorted(PreTrainedConfig.get_known_choices())}") from None
+    names = {f.name for f in dataclasses.fields(cls)}
+    values = {"normalization_mapping": {t.value: NormalizationMode.IDENTITY for t in FeatureType}, "device": "cpu",
+              **fields}
+    length = next((k for k in ("chunk_size", "horizon") if k in names), None)
+    if length and "n_action_steps" in names and "n_action_steps" not in fields:
+        values["n_action_steps"] = fields.get(length, getattr(cls, length))
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as exc:  # an unknown field, or a value lerobot's own checks refuse: it names it
+        raise ValueError(f"policy.config for lerobot {policy_type!r}: {exc}") from None
+
+
+def chunk_length(policy: nn.Module, obs_spec: ObservationSpec) -> int:
+    """H, read off one forward pass on zeros: what ``predict_action_chunk`` returns is the truth for any type
+    (ACT's ``chunk_size``, Diffusion's ``n_action_steps``)."""
+    zeros = {k: np.zeros((1, *spec.shape), spec.dtype) for k, spec in obs_spec.arrays.items()}
+    return int(policy.predict_chunk(zeros, np.zeros((1, 0, 1), np.float32), np.zeros(1, np.int64)).shape[1])
 
 
 class LerobotChunkPolicy(nn.Module):
@@ -69,31 +98,28 @@ class LerobotChunkPolicy(nn.Module):
 
     def __init__(self, obs_spec: ObservationSpec, action_spec: ActionSpec, config: LerobotPolicyConfig) -> None:
         super().__init__()
-        from lerobot.configs.types import FeatureType, NormalizationMode, PolicyFeature
+        from lerobot.configs.types import FeatureType, PolicyFeature
         from lerobot.policies import get_policy_class
-        from lerobot.policies.factory import make_policy_config
 
         self.obs_dim = state_vector_spec(obs_spec).shape[0]
         self.action_dim = action_spec.dim
         self.normalise = ObsNormaliser(obs_spec)
-        identity = {t.value: NormalizationMode.IDENTITY for t in FeatureType}  # robolearn scales both sides
-        try:  # robolearn's models run on the CPU
-            lcfg = make_policy_config(config.type, **{"normalization_mapping": identity, "device": "cpu",
-                                                      **config.config})
-        except TypeError as exc:  # an unknown field: lerobot's dataclass names it
-            raise ValueError(f"policy.config for lerobot {config.type!r}: {exc}") from None
+        lcfg = lerobot_config(config.type, config.config)
         if getattr(lcfg, "n_obs_steps", 1) != 1:
             raise ValueError(f"policy.config.n_obs_steps must be 1 for lerobot {config.type!r}: a request carries "
                              f"one observation (got {lcfg.n_obs_steps})")
         lcfg.input_features = {OBS_STATE: PolicyFeature(FeatureType.STATE, (self.obs_dim,)),
                                OBS_ENV_STATE: PolicyFeature(FeatureType.ENV, (self.obs_dim,))}
         lcfg.output_features = {ACTION: PolicyFeature(FeatureType.ACTION, (self.action_dim,))}
-        self.policy = get_policy_class(config.type)(lcfg)
+        try:
+            self.policy = get_policy_class(config.type)(lcfg)
+        except ImportError as exc:  # Diffusion needs diffusers, which robolearn does not install
+            raise ValueError(f"policy.type={config.type} needs a package that is not installed: {exc}") from None
         self.policy.eval()
-        self.horizon = _chunk_length(lcfg)
         # lerobot's datasets give an observation time axis to the types that ask for observation deltas
         # (Diffusion: (B, n_obs_steps, S)); ACT takes (B, S)
         self._obs_steps_axis = lcfg.observation_delta_indices is not None
+        self.horizon = chunk_length(self, obs_spec)
 
     def _inputs(self, state: torch.Tensor) -> dict[str, torch.Tensor]:
         """Raw (B, S) -> lerobot's batch of the normalised state under both of its keys."""
@@ -142,7 +168,6 @@ class LerobotFolderPolicy(nn.Module):
         self.policy.eval()
         self.pre, self.post = make_pre_post_processors(self.policy.config, pretrained_path=path)
         self.action_spec = action_spec
-        self.horizon = _chunk_length(self.policy.config)
         arrays = {}
         for key, feat in self.policy.config.input_features.items():
             if key == OBS_STATE:
@@ -154,6 +179,7 @@ class LerobotFolderPolicy(nn.Module):
             else:
                 raise ValueError(f"lerobot input feature {key!r} has no robolearn observation key")
         self.observation_spec = ObservationSpec(arrays)
+        self.horizon = chunk_length(self, self.observation_spec)
 
     def check_task(self, obs_spec: ObservationSpec) -> None:
         """Raise naming what the folder's policy needs that the task does not provide (or provides otherwise)."""
