@@ -177,8 +177,10 @@ def test_a_classifier_reads_its_state_values_by_name_from_another_tasks_state(da
     report = train_and_save(dataset, tmp_path / "s", TrainConfig(epochs=1, threshold=0.5, state=("*.pos", "tip.*")))
     model = load_classifier(tmp_path / "s")
     joints = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
-    assert model.spec.state_names == (*(f"{j}.pos" for j in joints), "tip.x", "tip.y", "tip.z")
-    assert model.spec.state_dim == 9 and report["config"]["state"] == ["*.pos", "tip.*"]
+    # the expert never moves the gripper: a value constant in every training frame is left out, and named
+    assert report["state_left_out_constant"] == ["gripper.pos"]
+    assert model.spec.state_names == (*(f"{j}.pos" for j in joints if j != "gripper"), "tip.x", "tip.y", "tip.z")
+    assert model.spec.state_dim == 8 and report["config"]["state"] == ["*.pos", "tip.*"]
     env = RealTaskEnv(RealTaskConfig(reward="classifier", classifier=str(tmp_path / "s"), cameras=["wrist"],
                                      camera_size=32, scene_state=True, camera_shadows=False))
     names = env.observation_spec.arrays["state"].names
@@ -196,6 +198,13 @@ def test_a_classifier_reads_its_state_values_by_name_from_another_tasks_state(da
     moved = {**obs, "state": obs["state"].copy()}
     moved["state"][names.index("tip.x")] += 0.05
     assert env.classifier.probability(moved) != base
+    moved["state"][names.index("gripper.pos")] -= 20.0  # a policy that moves the gripper: not the classifier's business
+    assert env.classifier.probability(moved) == env.classifier.probability({**moved, "state": np.where(
+        np.arange(len(names)) == names.index("gripper.pos"), obs["state"], moved["state"])})
+    far = [{**obs, "state": obs["state"].copy()} for _ in range(2)]  # far outside the training frames: clipped
+    far[0]["state"][names.index("tip.x")] += 1.0   # ~18 of its standard deviations
+    far[1]["state"][names.index("tip.x")] += 100.0
+    assert env.classifier.probability(far[0]) == env.classifier.probability(far[1])
     with pytest.raises(ValueError, match=r"\['nope\.\*'\] match no element"):
         select_state(names, ("tip.*", "nope.*"))
     from robolearn.specs import ArraySpec, ObservationSpec

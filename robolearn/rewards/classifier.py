@@ -1,6 +1,6 @@
 """A learned success classifier, ``P(success | camera images [, state])``: the reward of ``task.reward=classifier``.
 
-    logit = head([encoder(cameras) ; (state - mean) / std])             head: Linear-ReLU-Linear-ReLU-Linear
+    logit = head([encoder(cameras) ; clip((state - mean) / std, +-5)])  head: Linear-ReLU-Linear-ReLU-Linear
     p     = sigmoid(logit);  the observation shows success  iff  p >= threshold
 
 ``encoder="flat"``: the policies' camera CNN (``policies/encoders.py``: convolutions, flattened, projected to
@@ -64,6 +64,9 @@ class KeypointEncoder(nn.Module):
         return torch.cat([(attention.sum(2) * u).sum(-1), (attention.sum(3) * v).sum(-1)], dim=-1)
 
 
+STATE_CLIP = 5.0  # standard deviations of the training frames
+
+
 @dataclass(frozen=True)
 class ClassifierSpec:
     """What a classifier is built from: its inputs and sizes, and the decision threshold."""
@@ -109,7 +112,10 @@ class SuccessClassifier(nn.Module):
         ``state_names`` order] -> logits (B,)."""
         features = [self.encoder(obs)]
         if self.spec.state_dim:
-            features.append((obs["state"].float() - self.state_mean) / self.state_std)
+            # clipped: a value far outside the training frames' spread (a joint the labelled episodes barely moved)
+            # counts as a few standard deviations, not hundreds
+            z = (obs["state"].float() - self.state_mean) / self.state_std
+            features.append(z.clamp(-STATE_CLIP, STATE_CLIP))
         return self.head(torch.cat(features, dim=-1)).squeeze(-1)
 
     @torch.no_grad()

@@ -17,7 +17,9 @@ of each), so no held-out frame has a near-duplicate neighbour in training. Loss:
 images shifted by up to ``shift`` pixels (random shift, default 4) in training. State (``state``): the elements of
 ``observation.state`` whose names match the given patterns, e.g. the joint positions and the tip position
 (``*.pos``, ``tip.*``), what a real arm measures; leave out what only a simulator knows (the target's position would
-make the classifier a distance test that no camera has to pass). Reported on the held-out episodes: frame
+make the classifier a distance test that no camera has to pass). A selected value that is constant in the training
+frames (the expert never moved the gripper) is left out and named (``drop_constant_state``). Reported on the held-out
+episodes: frame
 precision and recall at the threshold, and episode precision and recall (an episode is called a success when
 any of its frames is).
 """
@@ -208,6 +210,24 @@ def choose_threshold(p: np.ndarray, truth: np.ndarray) -> float:
     return best
 
 
+CONSTANT_STD = 1e-3  # relative to max(1, |mean|): below it a state value counts as constant in the training frames
+
+
+def drop_constant_state(train_state: np.ndarray, columns: np.ndarray, names: tuple[str, ...]
+                        ) -> tuple[np.ndarray, tuple[str, ...], list[tuple[str, float]]]:
+    """The selected state ``columns`` (named ``names``) less those constant over the training frames (N, S_all), and
+    the (name, value) of each left out. Standardised, such a value's tiny spread would turn any change on the robot
+    (a policy that moves the gripper the expert never moved) into hundreds of standard deviations. An unnamed state
+    keeps every column: the classifier reads it whole, by position."""
+    if not names:
+        return columns, names, []
+    values = train_state[:, columns]
+    std, mean = values.std(0), values.mean(0)
+    varies = std >= CONSTANT_STD * np.maximum(1.0, np.abs(mean))
+    constant = [(names[i], round(float(mean[i]), 4)) for i in np.flatnonzero(~varies)]
+    return columns[varies], tuple(n for n, v in zip(names, varies) if v), constant
+
+
 def train_classifier(frames: LabelledFrames, config: TrainConfig,
                      progress: Callable[[str], None] = print) -> tuple[SuccessClassifier, dict]:
     torch.manual_seed(config.seed)
@@ -223,6 +243,10 @@ def train_classifier(frames: LabelledFrames, config: TrainConfig,
     else:
         columns = select_state(frames.state_names, config.state)
         names = tuple(frames.state_names[i] for i in columns)
+    columns, names, constant = drop_constant_state(frames.state[train], columns, names)
+    for name, value in constant:
+        progress(f"state {name} is {value:g} in every training frame: left out (a value that never varies tells "
+                 "nothing, and the robot moving it would look like nothing ever seen)")
     frames = replace(frames, state=frames.state[:, columns])
     spec = ClassifierSpec(cameras, tuple(frames.images[cameras[0]].shape[1:]), len(columns), config.feature_dim,
                           config.hidden, config.threshold or 0.5, names, config.encoder)
@@ -257,6 +281,7 @@ def train_classifier(frames: LabelledFrames, config: TrainConfig,
               "train_success_frames": int(frames.label[train].sum()), "threshold": model.spec.threshold,
               "validation_episodes": int(len(np.unique(frames.episode[validation]))),
               "held_out": held_out,
+              "state_left_out_constant": [name for name, _ in constant],
               "train_seconds": time.monotonic() - t0, "config": {k: list(v) if isinstance(v, tuple) else v
                                                                   for k, v in asdict(config).items()}}
     return model, report
