@@ -11,7 +11,8 @@ with it against the same run rewarded by the sim's own (hidden) success.
 2. ``robolearn reward train --encoder keypoints --shift 0 --epochs 30 --state '*.pos,tip.*'`` on them (wrist and
    front cameras; keypoints: a spatial softmax, so where things are in the images is coordinates; no random shift,
    which would move them; and the arm's joint positions and its tip from forward kinematics, what a real arm knows
-   from its encoders, never the target's position, which only the simulator knows; the threshold chosen on
+   from its encoders, never the target's position, which only the simulator knows; the gripper, which the expert
+   never moves, is left out by the training as constant; the threshold chosen on
    validation episodes split off the training ones); the goals are its frame precision and recall on the held-out
    episodes it reports. Images alone reached 0.81 precision on the development seeds: in the failing near misses
    the target fills the wrist camera's view 4-6 cm off the tip as it does at success, and the front camera is too
