@@ -156,8 +156,10 @@ def test_the_page_watches_takes_over_labels_and_stops_two_sim_robots(tmp_path):
             t_mute = page.evaluate("""() => { const s = window.robolearnGuiSocket(); window.__send = s.send;
                 s.send = () => {}; return Date.now() / 1000; }""")
             time.sleep(1.0)
-            page.evaluate("() => { const s = window.robolearnGuiSocket(); s.send = window.__send; }")
+            # the key goes up while the page is still mute: restored first, a hold the page sends on its own beat
+            # between the two calls would take over again, after the time this checks
             page.keyboard.up("Space")
+            page.evaluate("() => { const s = window.robolearnGuiSocket(); s.send = window.__send; }")
             time.sleep(1.0)
             steps = _steps(run, "sim_so101-0")
             last_human = steps["t_act"][steps["intervention"].astype(bool)].max()
