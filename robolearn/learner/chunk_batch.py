@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from robolearn.buffer.replay_buffer import PARTITIONS, ReplayBuffer
+from robolearn.policies.lerobot_policy import LerobotFolderPolicy
 from robolearn.specs import ActionSpec
 
 DEMO_CODE = PARTITIONS.index("demo")
@@ -28,7 +29,7 @@ def require_bc_policy(policy: object, algo: str) -> None:
                          f"built by policy.type; got {type(policy).__name__}" + (
                              " (a lerobot folder's policy, policy.path, is served as saved by the standalone policy "
                              "server, python -m robolearn.runtime.policy_server, not trained)"
-                             if hasattr(policy, "check_task") else ""))
+                             if isinstance(policy, LerobotFolderPolicy) else ""))
 
 
 def sample_chunk_windows(buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: int, horizon: int,
