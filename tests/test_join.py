@@ -55,9 +55,11 @@ def test_a_robot_pc_joins_through_a_faulty_network_learns_and_loses_nothing(tmp_
     assert ws.returncode == 0 and summary["ok"], ws_out
     assert pc.returncode == 0, pc_out
     assert "joined run 'far'" in pc_out and "0 batches left unacknowledged" in pc_out
-    assert min(p.resets for p in proxies) >= 5 * minutes, [p.resets for p in proxies]  # the faults happened
+    # the faults happened: >= 10 resets in the 1.5 minutes this test once ran, in proportion for its runs now
+    assert min(p.resets for p in proxies) >= 10 * minutes / 1.5, [p.resets for p in proxies]
     audit = audit_run(run, joined=(tmp_path / "pc" / "joined",))
-    assert audit["produced_by_actor"].keys() == {"actor-0"} and audit["produced_steps"] > 500, audit
+    # > 1000 steps for the 1.5 minutes this test once ran, in proportion for its runs now
+    assert audit["produced_by_actor"].keys() == {"actor-0"} and audit["produced_steps"] > 1000 * minutes / 1.5, audit
     assert audit["lost_steps"] == 0 and audit["duplicate_steps"] == 0 and audit["pending_steps"] == 0, audit
     joined = read_json(tmp_path / "pc" / "joined" / "status" / "actor-0.json")
     # the learner's versions reached the robot PC through the faulty weights port, up to a late one

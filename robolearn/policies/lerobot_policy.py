@@ -138,16 +138,13 @@ class LerobotChunkPolicy(nn.Module):
     def weighted_loss(self, state: torch.Tensor, actions: torch.Tensor, valid: torch.Tensor,
                       weights: torch.Tensor) -> torch.Tensor:
         """lerobot's loss on the batch redrawn by ``weights`` (B,) >= 0: state (B, S) raw, actions (B, H, A) in
-        [-1, 1], valid (B, H) 1 for real steps. All weights 0: a zero loss (nothing to imitate)."""
+        [-1, 1], valid (B, H) 1 for real steps. All weights 0: a zero loss (nothing to imitate). In the mode the
+        learner set (HABC and Hi-ORS train the actor in train mode: ACT's VAE encoder and its KL term run)."""
         if not bool((weights > 0).any()):
             return torch.zeros((), requires_grad=True)
         idx = torch.multinomial(weights, weights.shape[0], replacement=True)
         batch = {**self._inputs(state[idx]), ACTION: actions[idx], "action_is_pad": valid[idx] < 0.5}
-        self.policy.train()
-        try:
-            loss, _ = self.policy.forward(batch)
-        finally:
-            self.policy.eval()
+        loss, _ = self.policy.forward(batch)
         return loss
 
 

@@ -19,9 +19,8 @@ images shifted by up to ``shift`` pixels (random shift, default 4) in training. 
 (``*.pos``, ``tip.*``), what a real arm measures; leave out what only a simulator knows (the target's position would
 make the classifier a distance test that no camera has to pass). A selected value that is constant in the training
 frames (the expert never moved the gripper) is left out and named (``drop_constant_state``). Reported on the held-out
-episodes: frame
-precision and recall at the threshold, and episode precision and recall (an episode is called a success when
-any of its frames is).
+episodes: frame precision and recall at the threshold, and episode precision and recall (an episode is called a
+success when any of its frames is).
 """
 
 from __future__ import annotations
