@@ -8,7 +8,10 @@ For a success classifier (``robolearn reward train``) two more kinds of frames: 
 episode going for N ticks of success after the expert succeeds (the expert holds there), and
 ``near_misses=M`` records M more episodes in which the expert aims ``miss_m`` (a range, m) away from the goal
 (tasks with an ``aim_offset``: reach), so they end close to success without it. Every frame's
-``next.success`` is the simulator's success after that frame's step: the labels are exact.
+``next.success`` is the simulator's success after that frame's step: the labels are exact. ``hold_aim_m=r``
+(reach) has the expert of the successful episodes aim a random point up to ``r`` from the goal, so the success
+frames it holds cover the success region out to near its edge, not only its centre: with near misses just outside
+it, the classifier is shown the boundary from both sides.
 """
 
 from __future__ import annotations
@@ -32,16 +35,17 @@ class RecordResult:
 
 def record(env: TaskEnv, episodes: int, root: Path, repo_id: str, fps: int, seed: int = 0,
            task: str = "", hold_ticks: int = 0, near_misses: int = 0,
-           miss_m: tuple[float, float] = (0.04, 0.08)) -> RecordResult:
+           miss_m: tuple[float, float] = (0.04, 0.08), hold_aim_m: float = 0.0) -> RecordResult:
     """Record ``episodes`` expert episodes of ``env`` (seeds ``seed``, ``seed + 1``, ...), then ``near_misses``
     more, into ``root``. Each frame's lerobot ``task`` is the env's ``instruction`` when it has one, else ``task``."""
     if not hasattr(env, "expert_action"):
         raise NotImplementedError(f"{type(env).__name__} has no scripted expert to record demos with")
-    if near_misses and not hasattr(env, "aim_offset"):
-        raise NotImplementedError(f"near_misses: {type(env).__name__}'s expert cannot aim off its goal (no aim_offset)")
-    if hold_ticks < 0 or near_misses < 0 or not 0 < miss_m[0] <= miss_m[1]:
-        raise ValueError(f"hold_ticks and near_misses must be >= 0 and 0 < miss_m[0] <= miss_m[1], got {hold_ticks}, "
-                         f"{near_misses}, {miss_m}")
+    if (near_misses or hold_aim_m) and not hasattr(env, "aim_offset"):
+        raise NotImplementedError(f"near_misses and hold_aim_m: {type(env).__name__}'s expert cannot aim off its goal "
+                                  "(no aim_offset)")
+    if hold_ticks < 0 or near_misses < 0 or hold_aim_m < 0 or not 0 < miss_m[0] <= miss_m[1]:
+        raise ValueError(f"hold_ticks, near_misses and hold_aim_m must be >= 0 and 0 < miss_m[0] <= miss_m[1], got "
+                         f"{hold_ticks}, {near_misses}, {hold_aim_m}, {miss_m}")
     if root.exists():
         raise FileExistsError(f"{root} already exists; record into a new folder")
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
@@ -51,10 +55,11 @@ def record(env: TaskEnv, episodes: int, root: Path, repo_id: str, fps: int, seed
     frames = successes = 0
     for ep in range(episodes + near_misses):
         obs, _ = env.reset(seed=seed + ep)
-        if ep >= episodes:  # a near miss: the expert aims beside the goal
+        aim_m = miss_m if ep >= episodes else (0.0, hold_aim_m)  # a near miss aims beside the goal
+        if aim_m[1]:
             rng = np.random.default_rng([seed, ep])
             direction = rng.normal(size=3)
-            env.aim_offset = direction / np.linalg.norm(direction) * rng.uniform(*miss_m)
+            env.aim_offset = direction / np.linalg.norm(direction) * rng.uniform(*aim_m)
         # language-conditioned tasks say what this episode asks for ("pick up the red cube")
         episode_task = getattr(env, "instruction", "") or task
         done, info, held = False, {}, 0

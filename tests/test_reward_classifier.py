@@ -213,3 +213,27 @@ def test_a_classifier_reads_its_state_values_by_name_from_another_tasks_state(da
                              "state": ArraySpec((2,), names=("tip.x", "tip.y"))})
     with pytest.raises(ValueError, match="lacks"):
         model.check_observation(short)
+
+
+@pytest.mark.parametrize("hold_aim_m", [0.0, 0.015])
+def test_success_holds_cover_the_success_region_when_aimed_off_the_centre(tmp_path, hold_aim_m):
+    """hold_aim_m: the successful episodes' held frames sit up to that far from the target (success frames near the
+    region's edge for the classifier), still inside the success radius; 0 keeps them at its centre."""
+    env = ReachEnv(ReachConfig())
+    result = record(env, 6, tmp_path / "reach", "test/reach", fps=25, seed=300, hold_ticks=8, hold_aim_m=hold_aim_m)
+    env.close()
+    assert result.successes == 6
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    ds = LeRobotDataset("local/reach", root=tmp_path / "reach")
+    names = list(ds.features["observation.state"]["names"])
+    tip, target = ([names.index(f"{what}.{a}") for a in "xyz"] for what in ("tip", "target"))
+    state = np.stack(ds.hf_dataset["observation.state"])
+    episode, success = np.array(ds.hf_dataset["episode_index"]), np.array(ds.hf_dataset["next.success"])
+    last = [np.flatnonzero(episode == e)[-1] for e in np.unique(episode)]
+    held = np.linalg.norm(state[last][:, tip] - state[last][:, target], axis=1)
+    assert held.max() < ReachConfig().success_radius and success[last].all()
+    if hold_aim_m:
+        assert np.median(held) > 0.004, held  # spread over the region, not all at its centre
+    else:
+        assert held.max() < 0.004, held
