@@ -36,6 +36,7 @@ commands:
   resources  a live run's robots and simulators, their health and lease holders: robolearn resources runs/x
   keys       CurveZMQ keys for sockets off loopback: robolearn keys generate keys/ --clients robot-pc-1
   join       a robot PC's actors in a run whose learner is elsewhere: robolearn join tcp://ws:5555 --keys-dir keys/pc1
+  cluster    a Ray cluster's nodes, robots, labels, leases and processes: robolearn cluster runs/x (runtime=ray)
   estop      hold every robot of a live run (or --robot ID) until re-armed, through restarts: robolearn estop runs/x
   rearm      release it (a person's explicit act; nothing else does): robolearn rearm runs/x
 
@@ -45,7 +46,7 @@ config groups (pick one with group=option, override any key with group.key=value
   robot    sim_so101, so101          policy   mlp, flow_chunk, lerobot algo   sac, habc, hiors
   learner  the update schedule (learner.utd_ratio, learner.batch_size, ...)
   actor    how robots are driven (actor.chunking.mode, actor.inference_delay_ticks, actor.human, ...)
-  runtime  local (runtime.num_actors, ...)
+  runtime  local (runtime.num_actors, ...), ray (runtime.address=HOST:PORT; robot PCs are labelled Ray nodes)
 A wrong key or value fails at start with a message naming it. See README.md and docs/ for every option.
 """
 CONFIG_PATH = "pkg://robolearn.configs"
@@ -224,6 +225,12 @@ def _resources() -> None:
     raise SystemExit(resources_main(sys.argv[1:]))
 
 
+def _cluster() -> None:
+    from robolearn.runtime.cluster_command import main as cluster_main
+
+    raise SystemExit(cluster_main(sys.argv[1:]))
+
+
 def _estop() -> None:
     from robolearn.runtime.estop_command import main as estop_main
 
@@ -237,6 +244,7 @@ def _rearm() -> None:
 
 
 COMMANDS = {"run": _run, "eval": _eval, "record": _record, "buffer": _buffer, "resources": _resources,
+            "cluster": _cluster,
             "reward": _reward, "keys": _keys, "join": _join, "estop": _estop, "rearm": _rearm}
 HYDRA_CONFIGS = {"run": "config", "eval": "eval", "record": "record"}  # commands whose options hydra composes
 

@@ -38,6 +38,18 @@ def test_queue_is_first_come_first_served_and_requirements_are_checked():
     assert "no resource" in m.request("d", Requirement("so101_follower"), now=3)["error"]
 
 
+def test_a_named_request_gets_that_resource_only_and_waits_in_its_own_queue():
+    m = LeaseManager(_sims(2), ttl_s=5)
+    held = m.request("a", Requirement("sim_so101", name="sim-1"), now=0)
+    assert held["granted"] == ["sim-1"]  # not sim-0, the first free one
+    assert m.request("b", Requirement("sim_so101", name="sim-1"), now=0.1) == {"queued": 0}
+    # b waiting for sim-1 does not hold up a request for any sim (sim-0 is free)
+    assert m.request("c", Requirement("sim_so101"), now=0.2)["granted"] == ["sim-0"]
+    m.release(held["lease_id"])
+    assert m.request("b", Requirement("sim_so101", name="sim-1"), now=0.3)["granted"] == ["sim-1"]
+    assert "named 'sim-7'" in m.request("d", Requirement("sim_so101", name="sim-7"), now=0.4)["error"]
+
+
 def test_unrenewed_lease_expires_and_renewed_one_does_not():
     m = LeaseManager(_sims(1), ttl_s=1.0)
     lease = m.request("a", Requirement("sim_so101"), now=0.0)

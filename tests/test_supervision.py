@@ -20,11 +20,11 @@ def test_a_process_that_dies_before_it_is_ready_is_restarted_with_growing_back_o
     procs = {"actor-0": WorkerProcess("actor-0", run)}
     supervisor = Supervisor(run, procs, leases, runtime)
     started, failure, t0 = [], "", time.monotonic()
-    pids = {procs["actor-0"].popen.pid}
+    pids = {procs["actor-0"].pid}
     while not failure and time.monotonic() - t0 < 120:
         failure = supervisor.check(time.monotonic() - t0)
-        if procs["actor-0"].popen.pid not in pids:
-            pids.add(procs["actor-0"].popen.pid)
+        if procs["actor-0"].pid not in pids:
+            pids.add(procs["actor-0"].pid)
             started.append(time.monotonic())
         time.sleep(0.02)
     procs["actor-0"].stop(5)

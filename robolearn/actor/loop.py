@@ -103,8 +103,10 @@ class Actor:
         # a robot PC that joined a run elsewhere leases its robots from its own machine's manager, on loopback
         self.lease = LeaseClient(resources["endpoint"], self.name, keys=self.keys if resources.get("curve") else None)
         try:
+            # the Ray runtime assigns each actor the robot on the node it placed it on; elsewhere any free one
+            assigned = str(resources.get("assigned", {}).get(self.name, ""))
             self.robot_id = self.lease.acquire(self.env.robot.name, timeout_s=cfg.runtime.startup_timeout_s,
-                                               stop=lambda: bool(self.stop))[0]
+                                               stop=lambda: bool(self.stop), name=assigned)[0]
             self.env.robot.connect()
             # from here on every command goes through the guard (limits, non-finite, watchdog, e-stop)
             self.guard = GuardedRobot(self.env.robot, self.settings.safety,

@@ -46,9 +46,16 @@ class Requirement:
     type: str
     cameras: tuple[str, ...] = ()
     count: int = 1
+    name: str = ""   # this resource and no other (the Ray runtime: the robot on the node the actor was placed on)
 
     def matches(self, r: Resource) -> bool:
-        return r.type == self.type and set(self.cameras) <= set(r.cameras)
+        return (r.type == self.type and set(self.cameras) <= set(r.cameras)
+                and (not self.name or r.name == self.name))
+
+    @property
+    def queue(self) -> tuple[str, str]:
+        """Requests in one queue wait in order: those for any resource of a type, or for one named resource."""
+        return self.type, self.name
 
 
 def port_probe(port: str) -> Callable[[], bool]:
@@ -123,20 +130,21 @@ class LeaseManager:
         with self._lock:
             self._expire_and_probe(now)
             if not any(req.matches(r) for r in self.resources.values()):
-                return {"error": f"no resource of type {req.type!r} with cameras {list(req.cameras)}; "
+                return {"error": f"no resource of type {req.type!r} with cameras {list(req.cameras)}"
+                                 f"{f' named {req.name!r}' if req.name else ''}; "
                                  f"known: {[(r.name, r.type, list(r.cameras)) for r in self.resources.values()]}"}
             if (holder, req) not in self.waiting:
                 self.waiting.append((holder, req))
             self._last_seen[holder] = now
             # serve the queue in order; a waiter that cannot be served blocks those behind it for its type
-            blocked: set[str] = set()
+            blocked: set[tuple[str, str]] = set()
             for h, r in list(self.waiting):
-                if r.type in blocked:
+                if r.queue in blocked:
                     continue
                 free = [x.name for x in self.resources.values()
                         if r.matches(x) and x.healthy and self.holder_of(x.name) is None]
                 if len(free) < r.count:
-                    blocked.add(r.type)
+                    blocked.add(r.queue)
                     continue
                 if h == holder and r == req:
                     self.waiting.remove((h, r))
@@ -144,7 +152,7 @@ class LeaseManager:
                     lease = _Lease(f"lease-{self._next_id}", holder, free[: r.count], now + self.ttl_s)
                     self.leases[lease.lease_id] = lease
                     return {"granted": lease.resources, "lease_id": lease.lease_id, "ttl_s": self.ttl_s}
-                blocked.add(r.type)  # an earlier waiter goes first
+                blocked.add(r.queue)  # an earlier waiter goes first
             position = [h for h, _ in self.waiting].index(holder)
             return {"queued": position}
 
@@ -212,7 +220,8 @@ class LeaseManager:
     def _handle(self, msg: dict) -> dict:
         op = msg["op"]
         if op == "lease":
-            req = Requirement(str(msg["type"]), tuple(msg.get("cameras", ())), int(msg.get("count", 1)))
+            req = Requirement(str(msg["type"]), tuple(msg.get("cameras", ())), int(msg.get("count", 1)),
+                              str(msg.get("name", "")))
             return self.request(str(msg["holder"]), req)
         if op == "renew":
             return self.renew(str(msg["lease_id"]))
@@ -264,9 +273,12 @@ class LeaseClient:
             return msgpack.unpackb(self._sock.recv(), raw=False)
 
     def acquire(self, type: str, cameras: tuple[str, ...] = (), count: int = 1, timeout_s: float = 60.0,
-                poll_s: float = 0.1, stop: Callable[[], bool] = lambda: False) -> list[str]:
+                poll_s: float = 0.1, stop: Callable[[], bool] = lambda: False, name: str = "") -> list[str]:
+        """Blocks in the queue until granted: ``count`` resources of ``type`` (with ``cameras``), or the one
+        called ``name``."""
         deadline = time.monotonic() + timeout_s
-        msg = {"op": "lease", "holder": self.holder, "type": type, "cameras": list(cameras), "count": count}
+        msg = {"op": "lease", "holder": self.holder, "type": type, "cameras": list(cameras), "count": count,
+               "name": name}
         while True:
             reply = self.call(msg)
             if "error" in reply:

@@ -30,6 +30,7 @@ def register_builtins() -> None:
     from robolearn.policies.lerobot_policy import LerobotPolicyConfig, make_lerobot_policy
     from robolearn.policies.mlp import MLPPolicyConfig, make_policy
     from robolearn.runtime.local import LocalRuntimeConfig, run_local
+    from robolearn.runtime.ray_runtime import RayRuntimeConfig, run_ray
     from robolearn.sim.cube_tasks import PickCubeColorConfig, PickCubeConfig, PickCubeEnv, PushCubeConfig, PushCubeEnv
     from robolearn.sim.intervention import ScriptedHuman, ScriptedHumanConfig
     from robolearn.sim.reach import ReachConfig, ReachEnv
@@ -58,6 +59,7 @@ def register_builtins() -> None:
         ("algo", "habc", HABCConfig, HABC),
         ("algo", "hiors", HiORSConfig, HiORS),
         ("runtime", "local", LocalRuntimeConfig, run_local),
+        ("runtime", "ray", RayRuntimeConfig, run_ray),
         ("human", "scripted", ScriptedHumanConfig, ScriptedHuman),
     ):
         registry.register(group, name, config_cls, factory)

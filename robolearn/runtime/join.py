@@ -111,7 +111,7 @@ def main(argv: list[str]) -> int:
     leases = LeaseManager(resources_for(cfg.robot, kind, args.actors), cfg.runtime.lease_ttl_s)
     write_json_atomic(run.resources, {"endpoint": leases.serve("127.0.0.1"), "type": kind, "curve": False})
     procs = {name: WorkerProcess(name, run) for name in names}
-    write_json_atomic(run.root / "pids.json", {k: p.popen.pid for k, p in procs.items()})
+    write_json_atomic(run.root / "pids.json", {k: p.pid for k, p in procs.items()})
     supervisor = Supervisor(run, procs, leases, cfg.runtime)
     print(f"joined run {info.run_name!r} at {args.endpoint} as {', '.join(names)}; local run directory {run.root}",
           flush=True)
@@ -142,7 +142,7 @@ def main(argv: list[str]) -> int:
                     info = now
                     write_endpoints(run, args, info)
                     for proc in procs.values():
-                        proc.popen.terminate()  # the supervisor starts each again
+                        proc.terminate()  # the supervisor starts each again
     finally:
         for proc in procs.values():
             proc.stop(cfg.runtime.shutdown_timeout_s)  # SIGTERM: each drains its spool (actor.drain_timeout_s)

@@ -21,7 +21,7 @@ from rich.text import Text
 
 from robolearn.builders import robot_type
 from robolearn.config import RunConfig, to_yaml
-from robolearn.hardware.resources import LeaseManager, resources_for
+from robolearn.hardware.resources import LeaseManager, Resource, resources_for
 from robolearn.logging.status import read_json, write_json_atomic
 from robolearn.rundir import RunDir
 from robolearn.runtime.run_info import RunInfo, RunInfoServer
@@ -92,7 +92,7 @@ def _print_gui_url(run: RunDir, gui: WorkerProcess, console: Console, timeout_s:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         served = read_json(run.root / "gui.json")
-        if served and served.get("pid") == gui.popen.pid:
+        if served and served.get("pid") == gui.pid:
             console.print(f"[bold]GUI:[/bold] {served['url']}")
             return
         if not gui.alive():
@@ -101,9 +101,34 @@ def _print_gui_url(run: RunDir, gui: WorkerProcess, console: Console, timeout_s:
     raise RuntimeError(f"the GUI did not start within {timeout_s:.0f} s:\n" + tail(run.log("gui")))
 
 
-def run_local(cfg: RunConfig, run: RunDir) -> dict:
+class LocalPlacement:
+    """Where the processes of a run start: here, subprocesses of the runtime on this machine. The Ray runtime's
+    placement (``runtime.ray_runtime``) puts each on a node of a Ray cluster instead; the rest of the runtime
+    (start order, supervision, the summary) is the same."""
+
+    def robots(self, cfg: RunConfig, kind: str) -> list[Resource]:
+        """The robots (and cameras) the lease manager hands out; one actor process per robot."""
+        return resources_for(cfg.robot, kind, cfg.runtime.num_actors)
+
+    def assigned(self) -> dict[str, str]:
+        """actor-<i> -> the robot it must lease (the one on its node); empty: any free one of the type."""
+        return {}
+
+    def spawn(self, name: str, run: RunDir) -> WorkerProcess:
+        return WorkerProcess(name, run)
+
+    def sync(self, run: RunDir, procs: dict) -> None:
+        """Called each time the runtime looks at its processes (the Ray placement copies status files)."""
+
+    def describe(self, procs: dict) -> dict | None:
+        """Where each process runs, for the summary (None: all here)."""
+        return None
+
+
+def run_local(cfg: RunConfig, run: RunDir, placement: LocalPlacement | None = None) -> dict:
     """Run until the budget is spent or Ctrl-C; return the summary (also written to summary.json)."""
     runtime: LocalRuntimeConfig = cfg.runtime
+    placement = placement or LocalPlacement()
     for stale in [run.endpoints, run.resources, run.policy_server, run.root / "gui.json",
                   *run.root.glob("status/*.json")]:
         stale.unlink(missing_ok=True)
@@ -111,19 +136,21 @@ def run_local(cfg: RunConfig, run: RunDir) -> dict:
     t0 = time.monotonic()
     interrupted = install_stop_signals()
     kind = robot_type(cfg)
-    leases = LeaseManager(resources_for(cfg.robot, kind, runtime.num_actors), runtime.lease_ttl_s)
+    leases = LeaseManager(placement.robots(cfg, kind), runtime.lease_ttl_s)
     write_json_atomic(run.resources, {"endpoint": leases.serve(runtime.host, load_keys(runtime.keys_dir)),
-                                      "type": kind, "curve": runtime.keys_dir is not None})
-    procs: dict[str, WorkerProcess] = {"learner": WorkerProcess("learner", run)}
-    write_json_atomic(run.root / "pids.json", {"learner": procs["learner"].popen.pid})
+                                      "type": kind, "curve": runtime.keys_dir is not None,
+                                      "assigned": placement.assigned()})
+    procs: dict[str, WorkerProcess] = {"learner": placement.spawn("learner", run)}
+    write_json_atomic(run.root / "pids.json", {"learner": procs["learner"].pid})
     failure = ""
     stop_reason = ""
     joins: RunInfoServer | None = None
-    supervisor = Supervisor(run, procs, leases, runtime)
+    supervisor = Supervisor(run, procs, leases, runtime, placement.spawn)
     try:
         while not run.endpoints.exists() and not interrupted:
             if not procs["learner"].alive():
-                raise RuntimeError("the learner exited during start-up:\n" + tail(run.log("learner")))
+                raise RuntimeError("the learner exited during start-up:\n" + tail(run.log("learner"))
+                                   + getattr(procs["learner"], "died_because", ""))
             if time.monotonic() - t0 > runtime.startup_timeout_s:
                 raise RuntimeError(f"the learner did not start within {runtime.startup_timeout_s} s")
             time.sleep(0.05)
@@ -133,14 +160,14 @@ def run_local(cfg: RunConfig, run: RunDir) -> dict:
             stop_reason = f"interrupted ({interrupted[0]}) during start-up"
         else:
             if runtime.policy_server:  # the actors wait for its policy_server.json
-                procs["policy-server"] = WorkerProcess("policy-server", run)
+                procs["policy-server"] = placement.spawn("policy-server", run)
             if cfg.gui.on_for(cfg.robot.name):  # the page; the actors find it through gui.json
-                procs["gui"] = WorkerProcess("gui", run)
+                procs["gui"] = placement.spawn("gui", run)
                 _print_gui_url(run, procs["gui"], console, runtime.startup_timeout_s)
             for i in range(runtime.num_actors):
-                procs[f"actor-{i}"] = WorkerProcess(f"actor-{i}", run)
-            write_json_atomic(run.root / "pids.json", {k: p.popen.pid for k, p in procs.items()})
-            stop_reason, failure = _watch(cfg, run, procs, console, interrupted, supervisor)
+                procs[f"actor-{i}"] = placement.spawn(f"actor-{i}", run)
+            write_json_atomic(run.root / "pids.json", {k: p.pid for k, p in procs.items()})
+            stop_reason, failure = _watch(cfg, run, procs, console, interrupted, supervisor, placement)
     except RuntimeError as exc:
         failure = str(exc)
     finally:
@@ -163,6 +190,9 @@ def run_local(cfg: RunConfig, run: RunDir) -> dict:
         run.resources.unlink(missing_ok=True)
     summary = _summary(run, procs, time.monotonic() - t0, stop_reason, failure, codes)
     summary["restarts"] = supervisor.restarts
+    where = placement.describe(procs)
+    if where is not None:
+        summary["placement"] = where
     for key, count in supervisor.counted_before(read_json(run.status("learner")) or {}).items():
         summary[key] += count
     write_json_atomic(run.summary, summary)
@@ -197,7 +227,7 @@ def _serve_run_info(cfg: RunConfig, run: RunDir, console: Console) -> RunInfoSer
 
 
 def _watch(cfg: RunConfig, run: RunDir, procs: dict, console: Console, interrupted: list[str],
-           supervisor: Supervisor) -> tuple[str, str]:
+           supervisor: Supervisor, placement: LocalPlacement) -> tuple[str, str]:
     """Show progress until the budget is spent, a stop signal arrives or the run cannot go on (a process ran
     out of restarts). Returns (why it stopped, failure message or "")."""
     t_run = time.monotonic()
@@ -206,6 +236,7 @@ def _watch(cfg: RunConfig, run: RunDir, procs: dict, console: Console, interrupt
         last_plain = 0.0
         while True:
             time.sleep(0.25)
+            placement.sync(run, procs)
             status = _collect(run, procs)
             elapsed = time.monotonic() - t_run
             line = _status_line(status, elapsed)

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,18 +46,37 @@ def worker_args(name: str, run: RunDir) -> list[str]:
 class WorkerProcess:
     """One worker process (``worker_args``), its output appended to its log in the run directory."""
 
-    def __init__(self, name: str, run: RunDir) -> None:
+    def __init__(self, name: str, run: RunDir, die_with_parent: bool = False) -> None:
+        """``die_with_parent``: the kernel SIGKILLs it when the process that started it dies (Linux), as a crash
+        of its own: the Ray runtime's host of it is killed or its node leaves, and no orphan goes on beside the
+        one started in its place (what it journaled is recovered by that one, as after any crash)."""
         self.name = name
         args = worker_args(name, run)
         run.log(name).parent.mkdir(parents=True, exist_ok=True)
         self.log = open(run.log(name), "a")
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         # own session: a terminal's Ctrl-C reaches only the runtime, which then stops us in order
-        self.popen = subprocess.Popen([sys.executable, "-m", *args],
-                                      stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.popen = subprocess.Popen([sys.executable, "-m", *args], stdout=self.log, stderr=subprocess.STDOUT,
+                                      env=env, start_new_session=True,
+                                      preexec_fn=_kill_me_with_my_parent if die_with_parent else None)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.returncode
 
     def alive(self) -> bool:
         return self.popen.poll() is None
+
+    def terminate(self) -> None:
+        """SIGTERM: it stops as on Ctrl-C (an actor drains its spool); the supervisor starts it again."""
+        self.popen.terminate()
+
+    def close_log(self) -> None:
+        self.log.close()
 
     def stop(self, timeout_s: float) -> int:
         if self.alive():
@@ -69,6 +89,14 @@ class WorkerProcess:
                 self.popen.wait()
         self.log.close()
         return self.popen.returncode
+
+
+def _kill_me_with_my_parent() -> None:
+    """In the child before exec: prctl(PR_SET_PDEATHSIG, SIGKILL)."""
+    import ctypes
+
+    if ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
 
 
 def tail(path: Path, n: int = 15) -> str:
@@ -94,8 +122,12 @@ class Supervisor:
     robots hold (stalls), and each request lost is asked again. A restart is ready when the new process is
     acting (its first step) or, for the learner and the server, listening again; ``restarts`` says when."""
 
-    def __init__(self, run: RunDir, procs: dict, leases: LeaseManager, runtime: LocalRuntimeConfig) -> None:
+    def __init__(self, run: RunDir, procs: dict, leases: LeaseManager, runtime: LocalRuntimeConfig,
+                 spawn: Callable[[str, RunDir], WorkerProcess] | None = None) -> None:
+        """``spawn(name, run)``: starts a process again (default: a ``WorkerProcess`` on this machine; the Ray
+        runtime's places it on its node)."""
         self.run, self.procs, self.leases, self.runtime = run, procs, leases, runtime
+        self.spawn = spawn or WorkerProcess
         self.restarts: list[dict] = []  # one entry per restart, for the summary
         self.learner_counted: dict[int, dict[str, int]] = {}  # pid -> LEARNER_COUNTERS of each learner that died
         self._due: dict[str, float] = {}  # process -> when its restart starts
@@ -119,7 +151,7 @@ class Supervisor:
         for name, proc in list(self.procs.items()):
             if proc.alive() or name in self._due:
                 continue
-            code = proc.popen.returncode
+            code = proc.returncode
             recent = [t for t in self._deaths.get(name, []) if now - t < runtime.restart_window_s] + [now]
             self._deaths[name] = recent
             if len(recent) > self._allowed(name):
@@ -128,13 +160,13 @@ class Supervisor:
                         f"{self._allowed(name)})")
             # killed once it was working (a crash, an OOM kill): back at once; dying again and again before it
             # gets going is a crash loop (a missing device, a bad config): wait 1, 3, 7, ... x backoff
-            looping = proc.popen.pid not in self._ready_pids and not self._ready(name, proc)
+            looping = proc.pid not in self._ready_pids and not self._ready(name, proc)
             streak = self._unready_deaths[name] = self._unready_deaths.get(name, 0) + 1 if looping else 0
             delay = runtime.restart_backoff_s * (2 ** max(streak - 1, 0) - 1)
             if name == "learner":  # its counters start again at 0: the summary adds those of its last status
                 last = read_json(self.run.status("learner")) or {}
-                if last.get("pid") == proc.popen.pid:  # (a learner that died before writing one counted nothing)
-                    self.learner_counted[proc.popen.pid] = {key: last.get(key, 0) for key in LEARNER_COUNTERS}
+                if last.get("pid") == proc.pid:  # (a learner that died before writing one counted nothing)
+                    self.learner_counted[proc.pid] = {key: last.get(key, 0) for key in LEARNER_COUNTERS}
             if name.startswith("actor-"):
                 what = f"freed {', '.join(self.leases.release_holder(name)) or 'no lease'}"
             elif name == "gui":
@@ -144,21 +176,23 @@ class Supervisor:
             print(f"[runtime] {name} exited (code {code}); restarting {what} in {delay:.1f} s "
                   f"({len(recent)}/{self._allowed(name)} within {runtime.restart_window_s:.0f} s)",
                   file=sys.stderr, flush=True)
-            proc.log.close()
+            proc.close_log()
             self._due[name] = now + delay
             entry = {"process": name, "exit_code": code, "at_s": round(elapsed_s, 2), "ready_after_s": None}
+            if getattr(proc, "died_because", ""):  # a Ray host: why Ray says it died (killed, its node left)
+                entry["error"] = proc.died_because
             self.restarts.append(entry)
             self._waiting[name] = (entry, now)
         for name, at in list(self._due.items()):
             if now >= at:
                 del self._due[name]
-                self.procs[name] = WorkerProcess(name, self.run)
-                write_json_atomic(self.run.root / "pids.json", {k: p.popen.pid for k, p in self.procs.items()})
+                self.procs[name] = self.spawn(name, self.run)
+                write_json_atomic(self.run.root / "pids.json", {k: p.pid for k, p in self.procs.items()})
         for name, proc in self.procs.items():
-            if name not in self._due and proc.popen.pid not in self._ready_pids and self._ready(name, proc):
-                self._ready_pids.add(proc.popen.pid)
+            if name not in self._due and proc.pid not in self._ready_pids and self._ready(name, proc):
+                self._ready_pids.add(proc.pid)
         for name, (entry, died) in list(self._waiting.items()):
-            if name not in self._due and self.procs[name].popen.pid in self._ready_pids:
+            if name not in self._due and self.procs[name].pid in self._ready_pids:
                 entry["ready_after_s"] = round(now - died, 2)
                 del self._waiting[name]
                 print(f"[runtime] {name} is back {entry['ready_after_s']:.1f} s after it exited", flush=True)
@@ -175,7 +209,7 @@ class Supervisor:
         return out
 
     def _ready(self, name: str, proc: WorkerProcess) -> bool:
-        pid = proc.popen.pid
+        pid = proc.pid
         if name == "learner":
             return (read_json(self.run.endpoints) or {}).get("learner_pid") == pid
         if name == "policy-server":

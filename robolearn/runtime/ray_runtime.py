@@ -1,0 +1,264 @@
+"""``runtime=ray``: the same run (task, robot, policy, algorithm) with its processes placed on a Ray cluster.
+
+    robolearn run ... runtime=ray [runtime.address=HOST:PORT]   (no address: a local Ray instance is started)
+
+    connect to Ray -> the robots: nodes labelled robolearn/robot=<id>, robolearn/robot-type=<the run's robot type>
+    (a simulator with no such node: runtime.num_actors of them, anywhere) -> the local runtime's sequence
+    (``runtime.local``: learner, policy server, one actor per robot, supervision, summary), each process started
+    on its node by a Ray actor (``runtime.ray_hosts``):
+        learner, policy server, GUI   the driver's node (this machine: the buffer and checkpoints are on its disk),
+                                      with a GPU (num_gpus=1) when this node has one
+        actor for robot X             the node labelled robolearn/robot=X (label selector) holding the custom
+                                      resource robot:X (one actor per robot); never anywhere else
+A robot PC joins the cluster with
+
+    ray start --address=WORKSTATION:6379 --labels="robolearn/robot=arm-1,robolearn/robot-type=so101" \
+              --resources='{"robot:arm-1": 1}'
+
+The lease manager on the driver stays the authority on who holds a robot: each actor leases the robot of its node
+by name. A process that dies is started again by the supervisor (the same restart budget and back-off as a local
+run), placed by Ray by the same rules: an actor goes back to its robot's node and leases that robot again. A node
+that leaves takes its robots with it: they turn unhealthy in the lease manager (``robolearn resources``), their
+actors wait unscheduled until the node is back, and the rest of the run goes on. ``robolearn cluster RUN_DIR``
+shows the nodes, their robots and labels, the leases and where each process runs (``placement.json``).
+
+Data plane: transitions and weights stay on the run's zmq channels (acknowledged, CurveZMQ off loopback);
+docs/architecture.md says why. Ray carries only strings (names, paths, the files a node on another machine
+needs); robolearn never puts its data in Ray's pickled calls or object store.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from dataclasses import dataclass, replace
+
+from robolearn.builders import robot_type
+from robolearn.config import ConfigError, RunConfig, to_yaml
+from robolearn.hardware.resources import Resource
+from robolearn.logging.status import read_json, write_json_atomic
+from robolearn.rundir import RunDir
+from robolearn.runtime.local import LocalPlacement, LocalRuntimeConfig, run_local
+from robolearn.runtime.ray_hosts import MIRRORED, RayProcess
+from robolearn.transport.sockets import is_loopback
+
+ROBOT_LABEL = "robolearn/robot"        # node label: the robot's id (one robot per node)
+TYPE_LABEL = "robolearn/robot-type"    # node label: its robot type (the run's robot config's type)
+DRIVER_PROCESSES = ("learner", "policy-server", "gui")
+
+
+def robot_resource(robot_id: str) -> str:
+    """The custom resource a robot PC's node holds one of, per robot: one actor per robot."""
+    return f"robot:{robot_id}"
+
+
+@dataclass
+class RayRuntimeConfig(LocalRuntimeConfig):
+    """``runtime=ray``: every ``runtime=local`` option, plus where the cluster is."""
+
+    name: str = "ray"
+    address: str | None = None          # a running cluster (HOST:PORT of its head, or auto); None: start one here
+    num_cpus: int | None = None         # a Ray instance started here: its CPUs (None: all of this machine's)
+    robot_keys_dir: str | None = None   # robot PCs on other machines: their CurveZMQ client folder (same path on
+                                        # each; runtime.keys_dir is the server folder here)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.remote_actors:
+            raise ValueError("runtime=ray: robot PCs join as Ray nodes (ray start --labels ...), not with robolearn "
+                             "join; set runtime.remote_actors=0")
+        if self.num_cpus is not None and self.num_cpus < 1:
+            raise ValueError(f"runtime.num_cpus must be >= 1 or null, got {self.num_cpus}")
+
+
+@dataclass(frozen=True)
+class RobotNode:
+    robot_id: str
+    type: str
+    node_id: str
+    address: str      # the node's IP
+
+
+def robot_nodes(kind: str, nodes: list[dict] | None = None) -> list[RobotNode]:
+    """The live nodes (of ``ray.nodes()``) that advertise a robot of type ``kind``; ConfigError for a label
+    without its resource or a robot id on two nodes."""
+    import ray
+
+    found: dict[str, RobotNode] = {}
+    for node in ray.nodes() if nodes is None else nodes:
+        labels = node.get("Labels") or {}
+        if not node.get("Alive") or labels.get(TYPE_LABEL) != kind or ROBOT_LABEL not in labels:
+            continue
+        robot = labels[ROBOT_LABEL]
+        if robot in found:
+            raise ConfigError(f"robot {robot!r} is advertised by two nodes ({found[robot].address} and "
+                              f"{node['NodeManagerAddress']}): give each robot its own id")
+        if (node.get("Resources") or {}).get(robot_resource(robot), 0) < 1:
+            raise ConfigError(f"the node at {node['NodeManagerAddress']} labels robot {robot!r} but has no resource "
+                              f"{robot_resource(robot)!r}: start it with --resources='{{\"{robot_resource(robot)}\": 1}}'")
+        found[robot] = RobotNode(robot, kind, node["NodeID"], node["NodeManagerAddress"])
+    return sorted(found.values(), key=lambda n: n.robot_id)
+
+
+class RayPlacement(LocalPlacement):
+    """Each process on its node, by the rules of the module docstring."""
+
+    def __init__(self, cfg: RunConfig, run: RunDir) -> None:
+        import ray
+
+        self.cfg, self.run = cfg, run
+        context = ray.get_runtime_context()
+        self.driver_node, self.driver_host = context.get_node_id(), socket.gethostname()
+        self.driver_ip = ray.util.get_node_ip_address()
+        self.kind = robot_type(cfg)
+        self.nodes = robot_nodes(self.kind)
+        if not self.nodes and getattr(cfg.robot, "port", None) is not None:
+            raise ConfigError(f"runtime=ray: no live Ray node advertises a robot of type {self.kind!r}; on each robot "
+                              f"PC: ray start --address=... --labels=\"{ROBOT_LABEL}=<id>,{TYPE_LABEL}={self.kind}\" "
+                              f"--resources='{{\"robot:<id>\": 1}}'")
+        elsewhere = [n for n in self.nodes if n.address != self.driver_ip]
+        if elsewhere and (is_loopback(cfg.runtime.host) or cfg.runtime.robot_keys_dir is None):
+            raise ConfigError(f"runtime=ray: robots on other machines ({', '.join(n.robot_id for n in elsewhere)}) "
+                              "reach the learner off loopback: set runtime.host, runtime.keys_dir (the server "
+                              "folder here) and runtime.robot_keys_dir (the client folder on the robot PCs)")
+        self.driver_gpus = float(_node_resources(self.driver_node).get("GPU", 0))
+        self._alive: tuple[float, dict[str, RobotNode]] = (0.0, {})
+        self._synced = 0.0
+
+    # --- what the lease manager hands out ------------------------------------------------------------------
+    def robots(self, cfg: RunConfig, kind: str) -> list[Resource]:
+        if not self.nodes:
+            return super().robots(cfg, kind)
+        return [Resource(n.robot_id, "robot", kind, probe=lambda n=n: self.robot_node(n.robot_id) is not None)
+                for n in self.nodes]
+
+    def assigned(self) -> dict[str, str]:
+        return {f"actor-{i}": n.robot_id for i, n in enumerate(self.nodes)}
+
+    def robot_node(self, robot_id: str) -> RobotNode | None:
+        """The live node that has the robot now (a node that left and came back is a new node with the same
+        labels), or None: the robot is unavailable. ray.nodes() is asked at most once a second."""
+        import ray
+
+        at, nodes = self._alive
+        if time.monotonic() - at > 1.0:
+            try:
+                nodes = {n.robot_id: n for n in robot_nodes(self.kind, ray.nodes())}
+            except ConfigError:  # a misconfigured node joined meanwhile: keep the last good view
+                pass
+            self._alive = (time.monotonic(), nodes)
+        return nodes.get(robot_id)
+
+    # --- where each process starts ---------------------------------------------------------------------------
+    def options(self, name: str) -> dict:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        if name in DRIVER_PROCESSES:
+            return {"scheduling_strategy": NodeAffinitySchedulingStrategy(self.driver_node, soft=False),
+                    "num_cpus": 0, "num_gpus": 1 if name == "learner" and self.driver_gpus >= 1 else 0}
+        index = int(name.removeprefix("actor-"))
+        if not self.nodes:  # simulators: anywhere
+            return {"num_cpus": 0}
+        robot = self.nodes[index].robot_id
+        return {"label_selector": {ROBOT_LABEL: robot}, "resources": {robot_resource(robot): 1}, "num_cpus": 0}
+
+    def spawn(self, name: str, run: RunDir) -> RayProcess:
+        if name.startswith("actor-") and self.cfg.runtime.policy_server:
+            self._wait_for(run.policy_server, "the policy server")  # a node elsewhere gets its address mirrored
+        return RayProcess(name, run, self.options(name), self.driver_host, self.mirror(run))
+
+    def _wait_for(self, path, what: str) -> None:
+        deadline = time.monotonic() + self.cfg.runtime.startup_timeout_s
+        while not path.exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not start within {self.cfg.runtime.startup_timeout_s:.0f} s")
+            time.sleep(0.1)
+
+    def mirror(self, run: RunDir) -> dict[str, str]:
+        """The run directory's files as a node on another machine needs them: the robot PCs' client keys, and the
+        learner's addresses on this machine's IP (a process on this machine never reads these)."""
+        out = {f: (run.root / f).read_text() for f in MIRRORED if (run.root / f).exists()}
+        from omegaconf import OmegaConf
+
+        config = OmegaConf.to_container(OmegaConf.create(out["config.yaml"]))
+        config["runtime"]["keys_dir"] = self.cfg.runtime.robot_keys_dir
+        config["runtime"]["joined"] = f"ray://{self.driver_ip}"  # a client keys folder is then what it should hold
+        out["config.yaml"] = OmegaConf.to_yaml(OmegaConf.create(config))
+        for file in ("endpoints.json", "resources.json", "policy_server.json"):
+            if file in out:
+                out[file] = _readdress(out[file], self.driver_ip)
+        return out
+
+    # --- what the driver shows ---------------------------------------------------------------------------------
+    def sync(self, run: RunDir, procs: dict) -> None:
+        """Once a second: copy the status files of processes on other machines here (the live line and the
+        summary read them), and write placement.json (robolearn cluster)."""
+        if time.monotonic() - self._synced < 1.0:
+            return
+        self._synced = time.monotonic()
+        for name, proc in procs.items():
+            where = proc.where if isinstance(proc, RayProcess) else None
+            if where and where["hostname"] != self.driver_host:
+                text = proc.status_text()
+                if text:
+                    run.status(name).parent.mkdir(parents=True, exist_ok=True)
+                    run.status(name).write_text(text)
+        write_json_atomic(run.root / "placement.json", self.describe(procs))
+
+    def describe(self, procs: dict) -> dict:
+        processes = {}
+        for name, proc in procs.items():
+            where = proc.where if isinstance(proc, RayProcess) else None
+            state = ("running" if proc.alive() and where else "waiting for its node" if proc.alive()
+                     else f"exited ({proc.returncode}{', ' + proc.died_because if proc.died_because else ''})")
+            processes[name] = {"state": state, **(where or {})}
+        return {"driver_node": self.driver_node, "processes": processes,
+                "robots": [{"robot_id": n.robot_id, "available": now is not None,
+                            **({"node_id": now.node_id, "address": now.address} if now else {})}
+                           for n in self.nodes for now in [self.robot_node(n.robot_id)]]}
+
+
+def _node_resources(node_id: str) -> dict:
+    import ray
+
+    return next((n.get("Resources") or {} for n in ray.nodes() if n["NodeID"] == node_id), {})
+
+
+def _readdress(text: str, ip: str) -> str:
+    """Endpoints in a rendezvous file bound on loopback or every interface, as another machine reaches them."""
+    data = json.loads(text)
+    for key, value in data.items():
+        if isinstance(value, str) and value.startswith("tcp://"):
+            host = value[len("tcp://"):].rsplit(":", 1)[0]
+            if is_loopback(host) or host in ("0.0.0.0", "*"):
+                data[key] = value.replace(host, ip, 1)
+    return json.dumps(data)
+
+
+def run_ray(cfg: RunConfig, run: RunDir) -> dict:
+    """Connect to (or start) Ray, place the run's processes on its nodes, run as the local runtime does."""
+    import ray
+
+    runtime: RayRuntimeConfig = cfg.runtime
+    started = {"num_cpus": runtime.num_cpus} if runtime.address is None else {}
+    ray.init(address=runtime.address, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             namespace="robolearn", **started)
+    try:
+        placement = RayPlacement(cfg, run)
+        if placement.nodes and len(placement.nodes) != runtime.num_actors:  # one actor per robot found
+            cfg = replace(cfg, runtime=replace(runtime, num_actors=len(placement.nodes)))
+            run.config.write_text(to_yaml(cfg))
+        robots = ", ".join(f"{n.robot_id} ({n.address})" for n in placement.nodes) or \
+            f"{cfg.runtime.num_actors} simulated, anywhere"
+        print(f"[runtime] Ray at {ray.get_runtime_context().gcs_address}; robots: {robots}", flush=True)
+        write_json_atomic(run.root / "ray.json", {"address": ray.get_runtime_context().gcs_address})
+        return run_local(cfg, run, placement)
+    finally:
+        (run.root / "ray.json").unlink(missing_ok=True)
+        ray.shutdown()
+
+
+def placement_of(run: RunDir) -> dict | None:
+    """What the driver last wrote about where each process runs (robolearn cluster)."""
+    return read_json(run.root / "placement.json")

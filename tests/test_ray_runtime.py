@@ -1,0 +1,157 @@
+"""``runtime=ray`` on a simulated multi-node cluster (``ray.cluster_utils.Cluster``, every node on this machine): a
+head node where the learner runs and two "robot PC" nodes, each labelled with its (simulated) robot and holding
+that robot's custom resource.
+
+One run checks, in order: each actor lands on the node of its robot and leases that robot; killing an actor's Ray
+host (and with it the actor process) leads to a restart on the same node and a re-lease of the same robot;
+removing a node marks its robot unavailable (unhealthy in the lease manager, its actor waiting unscheduled, never
+placed elsewhere) while the other robot goes on; the node coming back brings its actor back; and the run ends
+with every step the actors' own ledgers recorded stored once in the learner's buffer, none pending."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from robolearn.hardware.resources import LeaseClient
+from robolearn.logging.status import read_json
+from robolearn.runtime.audit import audit_run
+from robolearn.runtime.ray_runtime import ROBOT_LABEL, TYPE_LABEL, robot_resource
+from tests.helpers import fast_run_overrides, start_robolearn, wait_for
+
+pytestmark = [pytest.mark.e2e]
+
+
+def _robot_node(cluster, robot: str):
+    return cluster.add_node(num_cpus=1, labels={ROBOT_LABEL: robot, TYPE_LABEL: "sim_so101"},
+                            resources={robot_resource(robot): 1})
+
+
+def _placement(run) -> dict:
+    return read_json(run / "placement.json") or {"processes": {}, "robots": []}
+
+
+def _holders(run) -> dict[str, tuple[str | None, bool]]:
+    info = read_json(run / "resources.json")
+    client = LeaseClient(info["endpoint"], "test", timeout_s=3.0)
+    try:
+        return {r["name"]: (r["holder"], r["healthy"]) for r in client.call({"op": "status"})["resources"]}
+    finally:
+        client.close()
+
+
+def _gone(pid: int) -> bool:
+    """Exited (or a zombie waiting to be reaped: it runs no more)."""
+    try:
+        return "\nState:\tZ" in open(f"/proc/{pid}/status").read()
+    except FileNotFoundError:
+        return True
+
+
+def _running(run, name: str) -> dict | None:
+    where = _placement(run)["processes"].get(name, {})
+    return where if where.get("state") == "running" else None
+
+
+@pytest.mark.slow
+def test_ray_places_actors_on_their_robots_nodes_restarts_them_and_survives_a_node_leaving(tmp_path):
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    nodes = {robot: _robot_node(cluster, robot) for robot in ("arm-a", "arm-b")}
+    cluster.wait_for_nodes()
+    run = tmp_path / "runs" / "fleet"
+    proc = start_robolearn(["run", *fast_run_overrides("fleet", 2.0), "runtime=ray",
+                            f"runtime.address={cluster.address}", "runtime.actor_restarts=3"], cwd=tmp_path)
+    try:
+        # 1. each actor on its robot's node, holding that robot
+        for i, robot in enumerate(("arm-a", "arm-b")):
+            where = wait_for(lambda i=i: _running(run, f"actor-{i}"), 120, f"actor-{i} running")
+            assert where["node_id"] == nodes[robot].node_id, (robot, where)
+        wait_for(lambda: _holders(run) == {"arm-a": ("actor-0", True), "arm-b": ("actor-1", True)}, 60,
+                 "each actor holding its own robot")
+        wait_for(lambda: (read_json(run / "status" / "actor-0.json") or {}).get("env_steps", 0) > 100, 60,
+                 "actor-0 acting")
+
+        # 2. its Ray host killed (the actor process dies with it): started again on the same node, same robot
+        first = _running(run, "actor-0")
+        host_pid = int(open(f"/proc/{first['pid']}/stat").read().rsplit(")", 1)[1].split()[1])  # its parent
+        os.kill(host_pid, signal.SIGKILL)
+        again = wait_for(lambda: (w := _running(run, "actor-0")) and w["pid"] != first["pid"] and w, 120,
+                         "actor-0 started again")
+        assert again["node_id"] == nodes["arm-a"].node_id
+        wait_for(lambda: _gone(first["pid"]), 10, "the old actor process killed with its host")  # no orphan
+        wait_for(lambda: _holders(run)["arm-a"] == ("actor-0", True), 60, "arm-a leased again by actor-0")
+
+        # 3. arm-b's node leaves: arm-b unavailable, its actor waits unscheduled, arm-a goes on
+        cluster.remove_node(nodes["arm-b"], allow_graceful=False)
+        wait_for(lambda: _holders(run)["arm-b"][1] is False, 60, "arm-b marked unhealthy")
+        wait_for(lambda: _placement(run)["processes"]["actor-1"]["state"] == "waiting for its node", 60,
+                 "actor-1 waiting for its node")
+        wait_for(lambda: [r["available"] for r in _placement(run)["robots"]] == [True, False], 30,
+                 "placement.json saying arm-b is unavailable")
+        steps = (read_json(run / "status" / "actor-0.json") or {})["env_steps"]
+        wait_for(lambda: read_json(run / "status" / "actor-0.json")["env_steps"] > steps + 100, 60,
+                 "arm-a acting on while arm-b is gone")
+
+        # 4. the node comes back: its actor is scheduled there again and takes its robot
+        nodes["arm-b"] = _robot_node(cluster, "arm-b")
+        wait_for(lambda: (w := _running(run, "actor-1")) and w["node_id"] == nodes["arm-b"].node_id, 120,
+                 "actor-1 back on arm-b's new node")
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        cluster.shutdown()
+    summary = json.loads((run / "summary.json").read_text())
+    assert proc.returncode == 0 and summary["ok"], out
+    restarted = [r["process"] for r in summary["restarts"]]
+    assert restarted.count("actor-0") == 1 and restarted.count("actor-1") == 1, summary["restarts"]
+    audit = audit_run(run)
+    assert audit["produced_steps"] > 500 and set(audit["produced_by_actor"]) == {"actor-0", "actor-1"}
+    assert audit["lost_steps"] == 0 and audit["duplicate_steps"] == 0, audit
+    assert audit["pending_steps"] == 0 and summary["batches_unacked"] == 0, audit  # every step acknowledged
+
+
+def test_runtime_ray_starts_its_own_instance_and_runs_the_same_config(tmp_path):
+    """No address: a local Ray instance; simulated robots go anywhere; the run is the local one's (same summary),
+    and the summary says where each process ran."""
+    proc = start_robolearn(["run", *fast_run_overrides("here", 0.3), "runtime=ray", "runtime.num_actors=2",
+                            "runtime.num_cpus=2"], cwd=tmp_path)
+    out, _ = proc.communicate(timeout=240)
+    run = tmp_path / "runs" / "here"
+    summary = json.loads((run / "summary.json").read_text())
+    assert proc.returncode == 0 and summary["ok"], out
+    assert "[runtime] Ray at" in out and "2 simulated, anywhere" in out
+    where = summary["placement"]["processes"]
+    assert set(where) == {"learner", "actor-0", "actor-1"} and all(w["state"] == "exited (0)" for w in where.values())
+    assert where["learner"]["node_id"] == summary["placement"]["driver_node"]
+    assert all(a["env_steps"] > 0 for a in summary["actors"]) and not (run / "ray.json").exists()
+
+
+def test_runtime_ray_refuses_robot_pcs_joined_by_hand():
+    from robolearn.runtime.ray_runtime import RayRuntimeConfig
+
+    with pytest.raises(ValueError, match="robot PCs join as Ray nodes"):
+        RayRuntimeConfig(remote_actors=1)
+
+
+def test_robot_nodes_are_read_from_labels_and_a_label_without_its_resource_is_refused():
+    from robolearn.config import ConfigError
+    from robolearn.runtime.ray_runtime import robot_nodes
+
+    def node(i, robot, kind="so101", alive=True, resource=True):
+        return {"NodeID": f"n{i}", "Alive": alive, "NodeManagerAddress": f"10.0.0.{i}",
+                "Labels": {ROBOT_LABEL: robot, TYPE_LABEL: kind},
+                "Resources": {robot_resource(robot): 1.0} if resource else {}}
+
+    nodes = [node(1, "arm-b"), node(2, "arm-a"), node(3, "arm-c", alive=False), node(4, "cam", kind="other"),
+             {"NodeID": "head", "Alive": True, "NodeManagerAddress": "10.0.0.9", "Labels": {}, "Resources": {}}]
+    assert [(n.robot_id, n.node_id) for n in robot_nodes("so101", nodes)] == [("arm-a", "n2"), ("arm-b", "n1")]
+    with pytest.raises(ConfigError, match="has no resource 'robot:arm-d'"):
+        robot_nodes("so101", [node(5, "arm-d", resource=False)])
+    with pytest.raises(ConfigError, match="advertised by two nodes"):
+        robot_nodes("so101", [node(1, "arm-a"), node(2, "arm-a")])
