@@ -10,7 +10,8 @@ MINUTES ?= 3
 PYTEST := $(VENV)/bin/python -m pytest
 
 .PHONY: setup chromium run test test-all bench bench-reach bench-buffer bench-experts bench-delay-sweep bench-control-loop \
-	bench-inference-rtt bench-learner-speed bench-hil bench-learn-async bench-chaos bench-reward bench-gui bench-table lint clean
+	bench-inference-rtt bench-learner-speed bench-hil bench-learn-async bench-chaos bench-reward bench-gui bench-fleet \
+	bench-data-plane bench-table lint clean
 
 setup: $(VENV)/.installed
 
@@ -74,12 +75,18 @@ bench-gui: setup chromium
 bench-reward: setup
 	MUJOCO_GL=egl HF_HUB_OFFLINE=1 $(VENV)/bin/python benchmarks/reward_classifier.py $(ARGS)
 
+bench-fleet: setup
+	$(VENV)/bin/python benchmarks/fleet.py $(ARGS)
+
+bench-data-plane: setup
+	$(VENV)/bin/python benchmarks/data_plane.py $(ARGS)
+
 # the summary table in BENCHMARKS.md, from benchmarks/results/*.json
 bench-table: setup
 	$(VENV)/bin/python benchmarks/table.py
 
 bench: bench-reach bench-buffer bench-experts bench-delay-sweep bench-control-loop bench-inference-rtt \
-	bench-learner-speed bench-hil bench-learn-async bench-chaos bench-reward bench-gui
+	bench-learner-speed bench-hil bench-learn-async bench-chaos bench-reward bench-gui bench-fleet bench-data-plane
 	$(MAKE) bench-table
 
 lint: setup

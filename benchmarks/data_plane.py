@@ -113,7 +113,7 @@ def main() -> None:
     rates: dict[str, dict[str, list[float]]] = {}
     try:
         data = payloads()
-        for name, arrays in data.items():  # warm both up
+        for arrays in data.values():  # warm both up
             rate_zmq(sock, arrays, 20)
             rate_ray(actor, arrays, 20)
         for run in range(args.runs):

@@ -64,7 +64,8 @@ def main(argv: list[str]) -> int:
         labels, res = n.get("Labels") or {}, n.get("Resources") or {}
         robot = labels.get(ROBOT_LABEL, "")
         lease = leases.get(robot, {})
-        held = (lease.get("holder") or "free") if lease.get("healthy", True) else f"unavailable ({lease.get('error') or 'node left'})"
+        held = (lease.get("holder") or "free") if lease.get("healthy", True) else \
+            f"unavailable ({lease.get('error') or 'node left'})"
         here = [f"{name} (pid {w.get('pid')})" for name, w in procs.items() if w.get("node_id") == n["NodeID"]]
         table.add_row(n["NodeID"][:12], n["NodeManagerAddress"], "alive" if n.get("Alive") else "[red]dead[/red]",
                       robot or "-", labels.get(TYPE_LABEL, "-"), held if robot and leases else "-",

@@ -95,8 +95,9 @@ def robot_nodes(kind: str, nodes: list[dict] | None = None) -> list[RobotNode]:
             raise ConfigError(f"robot {robot!r} is advertised by two nodes ({found[robot].address} and "
                               f"{node['NodeManagerAddress']}): give each robot its own id")
         if (node.get("Resources") or {}).get(robot_resource(robot), 0) < 1:
+            need = robot_resource(robot)
             raise ConfigError(f"the node at {node['NodeManagerAddress']} labels robot {robot!r} but has no resource "
-                              f"{robot_resource(robot)!r}: start it with --resources='{{\"{robot_resource(robot)}\": 1}}'")
+                              f"{need!r}: start it with --resources='{{\"{need}\": 1}}'")
         found[robot] = RobotNode(robot, kind, node["NodeID"], node["NodeManagerAddress"])
     return sorted(found.values(), key=lambda n: n.robot_id)
 
