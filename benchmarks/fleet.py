@@ -21,7 +21,9 @@ over every stored transition). The run is then stopped as on Ctrl-C.
 Goals (N = 8): ``fleet_throughput_efficiency_n8`` >= 0.95 on both runtimes, ``stalled_ticks_n8`` = 0 and
 ``policy_lag_p95_n8`` <= 2 (the worse of the two runtimes), ``ray_over_local_throughput_n8`` >= 0.95 (medians
 of the runs). This machine has 2 cores for N actors, a policy server and a learner: what it shows at N = 8 is a
-lower bound for a machine with a core per robot.
+lower bound for a machine with a core per robot. Both runtimes run here, on one machine: ``ray_over_local``
+is the cost of hosting the same processes under Ray (its daemons, a Ray actor per process, the driver's polling),
+not of placing them on other machines. With 3 runs, ``local`` goes first twice.
 """
 
 from __future__ import annotations
@@ -46,11 +48,32 @@ HZ = 50
 POLICY = ["policy.chunk_horizon=10", "actor.async_inference=true"]
 
 
-def _status(run: Path, name: str) -> dict:
-    try:
-        return json.loads((run / "status" / f"{name}.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):  # not written yet, or caught mid-rename
-        return {}
+def _status(run: Path, name: str, retry_s: float = 0.0) -> dict:
+    """A process's status file; {} if it is not there (yet): with ``retry_s``, asked again until then."""
+    deadline = time.monotonic() + retry_s
+    while True:
+        try:
+            return json.loads((run / "status" / f"{name}.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):  # not written yet
+            if time.monotonic() >= deadline:
+                return {}
+            time.sleep(0.02)
+
+
+def _wait_for_ray_to_go(timeout_s: float = 60.0) -> None:
+    """Until no Ray daemon of the last run is left (its shutdown must not overlap the next run)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        names = []
+        for comm in Path("/proc").glob("[0-9]*/comm"):
+            try:
+                names.append(comm.read_text().strip())
+            except OSError:  # the process exited meanwhile
+                continue
+        if not {"raylet", "gcs_server"} & set(names):
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"Ray's daemons were still running {timeout_s:.0f} s after the run ended")
 
 
 def one_run(work: Path, runtime: str, n: int, settle_s: float, window_s: float, tag: str) -> dict:
@@ -75,20 +98,24 @@ def one_run(work: Path, runtime: str, n: int, settle_s: float, window_s: float, 
         acting_after_s = time.monotonic() - t_start
         time.sleep(settle_s)
         t0 = time.monotonic()
-        first = {a: _status(run, a) for a in actors}
-        learner0 = _status(run, "learner").get("env_steps", 0)
+        first = {a: _status(run, a, retry_s=2.0) for a in actors}
+        learner0 = _status(run, "learner", retry_s=2.0).get("env_steps", 0)
         time.sleep(window_s)
         t1 = time.monotonic()
-        last = {a: _status(run, a) for a in actors}
-        learner1 = _status(run, "learner").get("env_steps", 0)
+        last = {a: _status(run, a, retry_s=2.0) for a in actors}
+        learner1 = _status(run, "learner", retry_s=2.0).get("env_steps", 0)
         proc.send_signal(signal.SIGINT)  # the run stops as on Ctrl-C: actors drain, the summary is written
         out, _ = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
+    if runtime == "ray":
+        _wait_for_ray_to_go()
     summary = json.loads((run / "summary.json").read_text())
     if not summary["ok"]:
         raise RuntimeError(f"{name} failed: {summary['stopped_because']}\n{out[-3000:]}")
+    if summary["restarts"]:  # a restarted process counts from 0 again: the window's figures would be wrong
+        raise RuntimeError(f"{name}: processes restarted during the run: {summary['restarts']}")
     window = t1 - t0
     steps = {a: last[a].get("env_steps", 0) - first[a].get("env_steps", 0) for a in actors}
     stalled = sum(last[a].get("stalled_ticks", 0) - first[a].get("stalled_ticks", 0) for a in actors)

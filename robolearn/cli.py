@@ -127,6 +127,8 @@ def _run(cfg: DictConfig) -> None:
     saved = _terminal_mode(terminal)
     try:
         summary = lookup("runtime", run_cfg.runtime.name).factory(run_cfg, run)
+    except ConfigError as exc:  # what only the runtime can see (runtime=ray: the cluster's nodes and labels)
+        _fail(str(exc))
     finally:
         if saved is not None:  # an actor killed in cbreak mode cannot give the terminal back its line editing
             _terminal_mode(terminal, restore=saved)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 
 import pytest
 
@@ -20,7 +21,7 @@ from robolearn.hardware.resources import LeaseClient
 from robolearn.logging.status import read_json
 from robolearn.runtime.audit import audit_run
 from robolearn.runtime.ray_runtime import ROBOT_LABEL, TYPE_LABEL, robot_resource
-from tests.helpers import fast_run_overrides, start_robolearn, wait_for
+from tests.helpers import BIN, fast_run_overrides, start_robolearn, wait_for
 
 pytestmark = [pytest.mark.e2e]
 
@@ -93,6 +94,13 @@ def test_ray_places_actors_on_their_robots_nodes_restarts_them_and_survives_a_no
                  "actor-1 waiting for its node")
         wait_for(lambda: [r["available"] for r in _placement(run)["robots"]] == [True, False], 30,
                  "placement.json saying arm-b is unavailable")
+        shown = subprocess.run([str(BIN / "robolearn"), "cluster", str(run)], capture_output=True, text=True,
+                               timeout=60, env={**os.environ, "COLUMNS": "250"})
+        assert shown.returncode == 0, shown.stderr
+        rows = {line.split("│")[4].strip(): line for line in shown.stdout.splitlines() if line.count("│") > 8}
+        assert "actor-0 " in rows["arm-a"] and "alive" in rows["arm-a"], shown.stdout  # holder, process, node
+        assert "dead" in rows["arm-b"] and "unavailable" in rows["arm-b"], shown.stdout
+        assert "actor-1: waiting for its node" in shown.stdout
         steps = (read_json(run / "status" / "actor-0.json") or {})["env_steps"]
         wait_for(lambda: read_json(run / "status" / "actor-0.json")["env_steps"] > steps + 100, 60,
                  "arm-a acting on while arm-b is gone")
@@ -155,3 +163,13 @@ def test_robot_nodes_are_read_from_labels_and_a_label_without_its_resource_is_re
         robot_nodes("so101", [node(5, "arm-d", resource=False)])
     with pytest.raises(ConfigError, match="advertised by two nodes"):
         robot_nodes("so101", [node(1, "arm-a"), node(2, "arm-a")])
+
+
+def test_a_node_on_another_machine_gets_the_learners_addresses_on_the_drivers_ip():
+    from robolearn.runtime.ray_runtime import _readdress
+
+    text = json.dumps({"transitions": "tcp://127.0.0.1:5001", "weights": "tcp://0.0.0.0:5002",
+                       "gui": "tcp://10.1.2.3:5003", "next_episode_id": 7})
+    assert json.loads(_readdress(text, "192.168.1.10")) == {
+        "transitions": "tcp://192.168.1.10:5001", "weights": "tcp://192.168.1.10:5002",
+        "gui": "tcp://10.1.2.3:5003", "next_episode_id": 7}

@@ -32,7 +32,7 @@ from robolearn.hardware.resources import LeaseManager, resources_for
 from robolearn.logging.status import read_json, write_json_atomic
 from robolearn.rundir import RunDir
 from robolearn.runtime.run_info import RunInfo, ask
-from robolearn.runtime.supervisor import Supervisor, WorkerProcess, install_stop_signals
+from robolearn.runtime.supervisor import Supervisor, WorkerProcess, install_stop_signals, write_pids
 from robolearn.transport.security import load_keys
 
 
@@ -111,7 +111,7 @@ def main(argv: list[str]) -> int:
     leases = LeaseManager(resources_for(cfg.robot, kind, args.actors), cfg.runtime.lease_ttl_s)
     write_json_atomic(run.resources, {"endpoint": leases.serve("127.0.0.1"), "type": kind, "curve": False})
     procs = {name: WorkerProcess(name, run) for name in names}
-    write_json_atomic(run.root / "pids.json", {k: p.pid for k, p in procs.items()})
+    write_pids(run, procs)
     supervisor = Supervisor(run, procs, leases, cfg.runtime)
     print(f"joined run {info.run_name!r} at {args.endpoint} as {', '.join(names)}; local run directory {run.root}",
           flush=True)

@@ -25,7 +25,7 @@ from robolearn.hardware.resources import LeaseManager, Resource, resources_for
 from robolearn.logging.status import read_json, write_json_atomic
 from robolearn.rundir import RunDir
 from robolearn.runtime.run_info import RunInfo, RunInfoServer
-from robolearn.runtime.supervisor import Supervisor, WorkerProcess, install_stop_signals, tail
+from robolearn.runtime.supervisor import Supervisor, WorkerProcess, install_stop_signals, tail, write_pids
 from robolearn.transport.security import CurveKeys, load_keys
 from robolearn.transport.sockets import endpoint_port, is_loopback
 
@@ -141,7 +141,7 @@ def run_local(cfg: RunConfig, run: RunDir, placement: LocalPlacement | None = No
                                       "type": kind, "curve": runtime.keys_dir is not None,
                                       "assigned": placement.assigned()})
     procs: dict[str, WorkerProcess] = {"learner": placement.spawn("learner", run)}
-    write_json_atomic(run.root / "pids.json", {"learner": procs["learner"].pid})
+    write_pids(run, procs)
     failure = ""
     stop_reason = ""
     joins: RunInfoServer | None = None
@@ -166,7 +166,7 @@ def run_local(cfg: RunConfig, run: RunDir, placement: LocalPlacement | None = No
                 _print_gui_url(run, procs["gui"], console, runtime.startup_timeout_s)
             for i in range(runtime.num_actors):
                 procs[f"actor-{i}"] = placement.spawn(f"actor-{i}", run)
-            write_json_atomic(run.root / "pids.json", {k: p.pid for k, p in procs.items()})
+            write_pids(run, procs)
             stop_reason, failure = _watch(cfg, run, procs, console, interrupted, supervisor, placement)
     except RuntimeError as exc:
         failure = str(exc)

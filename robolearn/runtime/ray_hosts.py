@@ -6,7 +6,7 @@
                                                         -> WorkerProcess(name)  (python -m robolearn.runtime.worker)
     alive(): has ProcessHost.wait() returned?        wait(): the process's exit code, when it exits
              raised (the host was killed or its node left): dead
-    status_text(): its status file, for a driver on another machine
+    status_text(): its status file, for a driver on another machine (copy_status)
 
 The process is the same one a local run starts (the production actor loop, learner, policy server); Ray only
 chooses its node. It dies with its host (``die_with_parent``), so a killed host leaves no orphan beside the one
@@ -16,33 +16,45 @@ data never travels through Ray's pickled calls, it stays on the zmq channels wit
 
 from __future__ import annotations
 
-import socket
+import json
 from pathlib import Path
 
+from robolearn.logging.status import write_json_atomic
 from robolearn.rundir import RunDir
 from robolearn.runtime.supervisor import WorkerProcess
 
 # files a node on another machine needs before the process starts: they are written there from the driver's
-MIRRORED = ("config.yaml", "run_id", "endpoints.json", "resources.json", "policy_server.json")
+MIRRORED = ("config.yaml", "run_id", "endpoints.json", "resources.json", "policy_server.json", "gui.json")
+
+
+def node_ip() -> str:
+    """This node's IP as Ray knows it: what tells the driver's machine from another one."""
+    import ray
+
+    return ray.util.get_node_ip_address()
 
 
 class ProcessHost:
-    """The Ray actor (``ray.remote(max_concurrency=4)``: ``wait`` blocks while the others answer)."""
+    """The Ray actor (``ray.remote(max_concurrency=16)``: ``wait`` blocks while the others answer, and a ``wait``
+    asked again after a moment of unreachability may still be blocking beside the new one)."""
 
-    def __init__(self, name: str, run_root: str, driver_host: str, mirror: dict[str, str]) -> None:
-        self.run = RunDir(Path(run_root))
+    def __init__(self, name: str, run_root: str, driver_cwd: str, driver_ip: str, mirror: dict[str, str]) -> None:
         self.name = name
-        self.remote = socket.gethostname() != driver_host  # another machine: its own disk
-        if self.remote:
+        self.remote = node_ip() != driver_ip  # another machine: its own disk, its own run directory
+        if self.remote:  # ~/robolearn-runs/<run>-<run id>: its spool, ledger and logs stay there, as a joined robot
+            # PC's do; named by the run's id, so another run of the same name never re-sends this one's spool
+            self.run = RunDir(Path.home() / "robolearn-runs" / f"{Path(run_root).name}-{mirror['run_id'].strip()}")
             self.run.root.mkdir(parents=True, exist_ok=True)
             for file, text in mirror.items():
                 (self.run.root / file).write_text(text)
-        self.proc = WorkerProcess(name, self.run, die_with_parent=True)
+        else:  # the driver's run directory, and its working directory (relative paths in the config, as locally)
+            self.run = RunDir(Path(run_root))
+        self.proc = WorkerProcess(name, self.run, die_with_parent=True, cwd=None if self.remote else driver_cwd)
 
     def where(self) -> dict:
         import ray
 
-        return {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname(),
+        return {"node_id": ray.get_runtime_context().get_node_id(), "ip": node_ip(), "remote": self.remote,
                 "pid": self.proc.pid}
 
     def wait(self) -> int:
@@ -66,13 +78,13 @@ class RayProcess:
     the runtime use a ``WorkerProcess``. Until its host is scheduled and has started it, it is alive with pid -1
     (a robot whose node left waits so, unscheduled, and is never started elsewhere)."""
 
-    def __init__(self, name: str, run: RunDir, options: dict, driver_host: str, mirror: dict[str, str]) -> None:
+    def __init__(self, name: str, run: RunDir, options: dict, driver_ip: str, mirror: dict[str, str]) -> None:
         import ray
 
         self.name, self.run = name, run
-        host = ray.remote(max_concurrency=4)(ProcessHost)
+        host = ray.remote(max_concurrency=16)(ProcessHost)
         self.handle = host.options(max_restarts=0, **options).remote(
-            name, str(run.root.resolve()), driver_host, mirror)
+            name, str(run.root.resolve()), str(Path.cwd()), driver_ip, mirror)
         self._exit = self.handle.wait.remote()
         self._where_ref = self.handle.where.remote()
         self._where: dict | None = None
@@ -83,18 +95,26 @@ class RayProcess:
     def where(self) -> dict | None:
         """Its node and pid once its host started it (None while it waits to be scheduled)."""
         import ray
-        from ray.exceptions import RayActorError
+        from ray.exceptions import ActorUnavailableError, RayActorError
 
         if self._where is None and ray.wait([self._where_ref], timeout=0)[0]:
             try:
                 self._where = ray.get(self._where_ref)
-            except RayActorError:
+            except ActorUnavailableError:  # a moment of unreachability: ask again
+                self._where_ref = self.handle.where.remote()
+            except RayActorError:  # dead before it answered
                 self._where = {}
         return self._where or None
 
     @property
     def pid(self) -> int:
+        """Its pid on its node (-1 until known)."""
         return (self.where or {}).get("pid", -1)
+
+    @property
+    def elsewhere(self) -> bool:
+        """On another machine (its pid means nothing here)."""
+        return bool((self.where or {}).get("remote"))
 
     @property
     def returncode(self) -> int | None:
@@ -113,6 +133,22 @@ class RayProcess:
                 self._code, self.died_because = -9, f"{type(exc).__name__}: {str(exc)[:2000]}"
         return self._code is None
 
+    def _started(self, timeout_s: float) -> bool:
+        """Whether its host runs (waiting up to ``timeout_s`` for it to say so: one just scheduled gets its
+        graceful stop too)."""
+        import ray
+
+        ray.wait([self._where_ref], timeout=timeout_s)
+        return self.where is not None
+
+    def copy_status(self) -> None:
+        """Its status file, from another machine's disk into the driver's run directory (the live line and the
+        summary read it there)."""
+        if self.where and self.where.get("remote"):
+            text = self.status_text()
+            if text:
+                write_json_atomic(self.run.status(self.name), json.loads(text))
+
     def status_text(self, timeout_s: float = 2.0) -> str | None:
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError
@@ -126,15 +162,18 @@ class RayProcess:
         self.handle.terminate.remote()
 
     def stop(self, timeout_s: float) -> int:
+        """SIGTERM through its host (it drains and exits as locally), its last status copied here when it ran on
+        another machine, then the host is killed (one still waiting to be scheduled is cancelled)."""
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError
 
-        if self.alive() and self.where is not None:
+        if self.alive() and self._started(timeout_s=5.0):
             try:
                 self._code = ray.get(self.handle.stop.remote(timeout_s), timeout=timeout_s + 10)
             except (GetTimeoutError, RayActorError) as exc:
                 self._code, self.died_because = -9, type(exc).__name__
-        ray.kill(self.handle, no_restart=True)  # a host still waiting to be scheduled is cancelled
+            self.copy_status()
+        ray.kill(self.handle, no_restart=True)
         if self._code is None:
             self._code = -15  # never started: stopped while it waited for its node
         return self._code

@@ -6,8 +6,8 @@
     (a simulator with no such node: runtime.num_actors of them, anywhere) -> the local runtime's sequence
     (``runtime.local``: learner, policy server, one actor per robot, supervision, summary), each process started
     on its node by a Ray actor (``runtime.ray_hosts``):
-        learner, policy server, GUI   the driver's node (this machine: the buffer and checkpoints are on its disk),
-                                      with a GPU (num_gpus=1) when this node has one
+        learner, policy server, GUI   the driver's node (this machine: the buffer and checkpoints are on its disk;
+                                      the learner computes on CPU, so it asks Ray for no GPU)
         actor for robot X             the node labelled robolearn/robot=X (label selector) holding the custom
                                       resource robot:X (one actor per robot); never anywhere else
 A robot PC joins the cluster with
@@ -30,17 +30,19 @@ needs); robolearn never puts its data in Ray's pickled calls or object store.
 from __future__ import annotations
 
 import json
-import socket
+import os
+import sys
 import time
 from dataclasses import dataclass, replace
 
 from robolearn.builders import robot_type
-from robolearn.config import ConfigError, RunConfig, to_yaml
+from robolearn.config import ConfigError, RunConfig, load_run_config, to_yaml
 from robolearn.hardware.resources import Resource
 from robolearn.logging.status import read_json, write_json_atomic
 from robolearn.rundir import RunDir
 from robolearn.runtime.local import LocalPlacement, LocalRuntimeConfig, run_local
 from robolearn.runtime.ray_hosts import MIRRORED, RayProcess
+from robolearn.runtime.supervisor import write_pids
 from robolearn.transport.sockets import is_loopback
 
 ROBOT_LABEL = "robolearn/robot"        # node label: the robot's id (one robot per node)
@@ -110,46 +112,46 @@ class RayPlacement(LocalPlacement):
 
         self.cfg, self.run = cfg, run
         context = ray.get_runtime_context()
-        self.driver_node, self.driver_host = context.get_node_id(), socket.gethostname()
-        self.driver_ip = ray.util.get_node_ip_address()
+        self.driver_node, self.driver_ip = context.get_node_id(), ray.util.get_node_ip_address()
         self.kind = robot_type(cfg)
         self.nodes = robot_nodes(self.kind)
         if not self.nodes and getattr(cfg.robot, "port", None) is not None:
             raise ConfigError(f"runtime=ray: no live Ray node advertises a robot of type {self.kind!r}; on each robot "
                               f"PC: ray start --address=... --labels=\"{ROBOT_LABEL}=<id>,{TYPE_LABEL}={self.kind}\" "
                               f"--resources='{{\"robot:<id>\": 1}}'")
-        elsewhere = [n for n in self.nodes if n.address != self.driver_ip]
-        if elsewhere and (is_loopback(cfg.runtime.host) or cfg.runtime.robot_keys_dir is None):
-            raise ConfigError(f"runtime=ray: robots on other machines ({', '.join(n.robot_id for n in elsewhere)}) "
-                              "reach the learner off loopback: set runtime.host, runtime.keys_dir (the server "
+        self.elsewhere = [n for n in self.nodes if n.address != self.driver_ip]
+        # off loopback with keys: processes may run on other machines (robots there; simulators anywhere)
+        self.off_loopback = not is_loopback(cfg.runtime.host) and cfg.runtime.robot_keys_dir is not None
+        if self.elsewhere and not self.off_loopback:
+            raise ConfigError(f"runtime=ray: robots on other machines ({', '.join(n.robot_id for n in self.elsewhere)})"
+                              " reach the learner off loopback: set runtime.host, runtime.keys_dir (the server "
                               "folder here) and runtime.robot_keys_dir (the client folder on the robot PCs)")
-        self.driver_gpus = float(_node_resources(self.driver_node).get("GPU", 0))
-        self._alive: tuple[float, dict[str, RobotNode]] = (0.0, {})
+        if self.elsewhere and os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled":
+            raise ConfigError("runtime=ray: robots on other machines, and Ray's token authentication is off "
+                              "(RAY_AUTH_MODE=disabled): Ray's own calls between nodes are pickled, so only nodes "
+                              "holding the cluster's token may join it; unset RAY_AUTH_MODE")
+        self._available = {n.robot_id: n for n in self.nodes}  # refreshed by sync(), on the driver's thread
         self._synced = 0.0
 
     # --- what the lease manager hands out ------------------------------------------------------------------
     def robots(self, cfg: RunConfig, kind: str) -> list[Resource]:
         if not self.nodes:
             return super().robots(cfg, kind)
-        return [Resource(n.robot_id, "robot", kind, probe=lambda n=n: self.robot_node(n.robot_id) is not None)
+        return [Resource(n.robot_id, "robot", kind, probe=lambda n=n: n.robot_id in self._available)
                 for n in self.nodes]
 
     def assigned(self) -> dict[str, str]:
         return {f"actor-{i}": n.robot_id for i, n in enumerate(self.nodes)}
 
-    def robot_node(self, robot_id: str) -> RobotNode | None:
-        """The live node that has the robot now (a node that left and came back is a new node with the same
-        labels), or None: the robot is unavailable. ray.nodes() is asked at most once a second."""
+    def _refresh_robots(self) -> None:
+        """Which robots a live node advertises now (a node that left and came back is a new node with the same
+        labels). The lease manager's health probe reads the result (it never calls Ray under its lock)."""
         import ray
 
-        at, nodes = self._alive
-        if time.monotonic() - at > 1.0:
-            try:
-                nodes = {n.robot_id: n for n in robot_nodes(self.kind, ray.nodes())}
-            except ConfigError:  # a misconfigured node joined meanwhile: keep the last good view
-                pass
-            self._alive = (time.monotonic(), nodes)
-        return nodes.get(robot_id)
+        try:
+            self._available = {n.robot_id: n for n in robot_nodes(self.kind, ray.nodes())}
+        except ConfigError as exc:  # a misconfigured node joined meanwhile: said, and the last good view kept
+            print(f"[runtime] {exc}", file=sys.stderr, flush=True)
 
     # --- where each process starts ---------------------------------------------------------------------------
     def options(self, name: str) -> dict:
@@ -157,17 +159,18 @@ class RayPlacement(LocalPlacement):
 
         if name in DRIVER_PROCESSES:
             return {"scheduling_strategy": NodeAffinitySchedulingStrategy(self.driver_node, soft=False),
-                    "num_cpus": 0, "num_gpus": 1 if name == "learner" and self.driver_gpus >= 1 else 0}
+                    "num_cpus": 0}
         index = int(name.removeprefix("actor-"))
-        if not self.nodes:  # simulators: anywhere
-            return {"num_cpus": 0}
+        if not self.nodes:  # simulators: anywhere when off loopback with keys, else on this machine
+            return {"num_cpus": 0} if self.off_loopback else \
+                {"scheduling_strategy": NodeAffinitySchedulingStrategy(self.driver_node, soft=False), "num_cpus": 0}
         robot = self.nodes[index].robot_id
         return {"label_selector": {ROBOT_LABEL: robot}, "resources": {robot_resource(robot): 1}, "num_cpus": 0}
 
     def spawn(self, name: str, run: RunDir) -> RayProcess:
-        if name.startswith("actor-") and self.cfg.runtime.policy_server:
+        if name.startswith("actor-") and self.cfg.runtime.policy_server and self.off_loopback:
             self._wait_for(run.policy_server, "the policy server")  # a node elsewhere gets its address mirrored
-        return RayProcess(name, run, self.options(name), self.driver_host, self.mirror(run))
+        return RayProcess(name, run, self.options(name), self.driver_ip, self.mirror(run))
 
     def _wait_for(self, path, what: str) -> None:
         deadline = time.monotonic() + self.cfg.runtime.startup_timeout_s
@@ -186,44 +189,48 @@ class RayPlacement(LocalPlacement):
         config["runtime"]["keys_dir"] = self.cfg.runtime.robot_keys_dir
         config["runtime"]["joined"] = f"ray://{self.driver_ip}"  # a client keys folder is then what it should hold
         out["config.yaml"] = OmegaConf.to_yaml(OmegaConf.create(config))
-        for file in ("endpoints.json", "resources.json", "policy_server.json"):
+        for file in ("endpoints.json", "resources.json", "policy_server.json", "gui.json"):
             if file in out:
                 out[file] = _readdress(out[file], self.driver_ip)
         return out
 
     # --- what the driver shows ---------------------------------------------------------------------------------
     def sync(self, run: RunDir, procs: dict) -> None:
-        """Once a second: copy the status files of processes on other machines here (the live line and the
-        summary read them), and write placement.json (robolearn cluster)."""
+        """Once a second: which robots are available, the status files of processes on other machines copied here
+        (the live line and the summary read them; all asked at once, for at most a second), placement.json
+        (robolearn cluster) and pids.json."""
+        import ray
+        from ray.exceptions import RayActorError
+
         if time.monotonic() - self._synced < 1.0:
             return
         self._synced = time.monotonic()
-        for name, proc in procs.items():
-            where = proc.where if isinstance(proc, RayProcess) else None
-            if where and where["hostname"] != self.driver_host:
-                text = proc.status_text()
-                if text:
-                    run.status(name).parent.mkdir(parents=True, exist_ok=True)
-                    run.status(name).write_text(text)
+        self._refresh_robots()
+        asked = {p.handle.status_text.remote(): name for name, p in procs.items()
+                 if isinstance(p, RayProcess) and p.elsewhere and p.alive()}
+        ready, _ = ray.wait(list(asked), num_returns=len(asked), timeout=1.0) if asked else ([], [])
+        for ref in ready:
+            try:
+                text = ray.get(ref)
+            except RayActorError:  # it died meanwhile: the supervisor sees it
+                continue
+            if text:
+                write_json_atomic(run.status(asked[ref]), json.loads(text))
         write_json_atomic(run.root / "placement.json", self.describe(procs))
+        write_pids(run, procs)
 
     def describe(self, procs: dict) -> dict:
         processes = {}
         for name, proc in procs.items():
             where = proc.where if isinstance(proc, RayProcess) else None
+            why = proc.died_because.split(":")[0] if getattr(proc, "died_because", "") else ""
             state = ("running" if proc.alive() and where else "waiting for its node" if proc.alive()
-                     else f"exited ({proc.returncode}{', ' + proc.died_because if proc.died_because else ''})")
+                     else f"exited ({proc.returncode}{', ' + why if why else ''})")
             processes[name] = {"state": state, **(where or {})}
         return {"driver_node": self.driver_node, "processes": processes,
                 "robots": [{"robot_id": n.robot_id, "available": now is not None,
                             **({"node_id": now.node_id, "address": now.address} if now else {})}
-                           for n in self.nodes for now in [self.robot_node(n.robot_id)]]}
-
-
-def _node_resources(node_id: str) -> dict:
-    import ray
-
-    return next((n.get("Resources") or {} for n in ray.nodes() if n["NodeID"] == node_id), {})
+                           for n in self.nodes for now in [self._available.get(n.robot_id)]]}
 
 
 def _readdress(text: str, ip: str) -> str:
@@ -243,13 +250,14 @@ def run_ray(cfg: RunConfig, run: RunDir) -> dict:
 
     runtime: RayRuntimeConfig = cfg.runtime
     started = {"num_cpus": runtime.num_cpus} if runtime.address is None else {}
-    ray.init(address=runtime.address, include_dashboard=False, log_to_driver=False, configure_logging=False,
-             namespace="robolearn", **started)
+    # no address: a new instance here ("local"), never one RAY_ADDRESS or an earlier ray start points at
+    ray.init(address=runtime.address or "local", include_dashboard=False, log_to_driver=False,
+             configure_logging=False, namespace="robolearn", **started)
     try:
         placement = RayPlacement(cfg, run)
         if placement.nodes and len(placement.nodes) != runtime.num_actors:  # one actor per robot found
-            cfg = replace(cfg, runtime=replace(runtime, num_actors=len(placement.nodes)))
-            run.config.write_text(to_yaml(cfg))
+            run.config.write_text(to_yaml(replace(cfg, runtime=replace(runtime, num_actors=len(placement.nodes)))))
+            cfg = load_run_config(run.config)  # checked again: e.g. a terminal's person drives one robot only
         robots = ", ".join(f"{n.robot_id} ({n.address})" for n in placement.nodes) or \
             f"{cfg.runtime.num_actors} simulated, anywhere"
         print(f"[runtime] Ray at {ray.get_runtime_context().gcs_address}; robots: {robots}", flush=True)

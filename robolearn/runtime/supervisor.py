@@ -46,10 +46,11 @@ def worker_args(name: str, run: RunDir) -> list[str]:
 class WorkerProcess:
     """One worker process (``worker_args``), its output appended to its log in the run directory."""
 
-    def __init__(self, name: str, run: RunDir, die_with_parent: bool = False) -> None:
+    def __init__(self, name: str, run: RunDir, die_with_parent: bool = False, cwd: str | None = None) -> None:
         """``die_with_parent``: the kernel SIGKILLs it when the process that started it dies (Linux), as a crash
         of its own: the Ray runtime's host of it is killed or its node leaves, and no orphan goes on beside the
-        one started in its place (what it journaled is recovered by that one, as after any crash)."""
+        one started in its place (what it journaled is recovered by that one, as after any crash). ``cwd``: where
+        it runs (default: here)."""
         self.name = name
         args = worker_args(name, run)
         run.log(name).parent.mkdir(parents=True, exist_ok=True)
@@ -57,8 +58,8 @@ class WorkerProcess:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         # own session: a terminal's Ctrl-C reaches only the runtime, which then stops us in order
         self.popen = subprocess.Popen([sys.executable, "-m", *args], stdout=self.log, stderr=subprocess.STDOUT,
-                                      env=env, start_new_session=True,
-                                      preexec_fn=_kill_me_with_my_parent if die_with_parent else None)
+                                      env=env, start_new_session=True, cwd=cwd,
+                                      preexec_fn=_die_with_parent(os.getpid()) if die_with_parent else None)
 
     @property
     def pid(self) -> int:
@@ -91,12 +92,27 @@ class WorkerProcess:
         return self.popen.returncode
 
 
-def _kill_me_with_my_parent() -> None:
-    """In the child before exec: prctl(PR_SET_PDEATHSIG, SIGKILL)."""
+def _die_with_parent(parent: int) -> Callable[[], None]:
+    """What the child runs before exec: prctl(PR_SET_PDEATHSIG, SIGKILL), looked up here, before the fork (no
+    dlopen in the child of a threaded parent); a parent already gone by then is caught by the pid check."""
     import ctypes
 
-    if ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def set_death_signal() -> None:
+        if prctl(1, signal.SIGKILL) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return set_death_signal
+
+
+def write_pids(run: RunDir, procs: dict) -> None:
+    """``pids.json``: the processes' pids where they are known and on this machine (a process the Ray runtime
+    placed elsewhere, or not started yet, has none to signal here)."""
+    write_json_atomic(run.root / "pids.json", {k: p.pid for k, p in procs.items()
+                                               if p.pid > 0 and not getattr(p, "elsewhere", False)})
 
 
 def tail(path: Path, n: int = 15) -> str:
@@ -187,7 +203,7 @@ class Supervisor:
             if now >= at:
                 del self._due[name]
                 self.procs[name] = self.spawn(name, self.run)
-                write_json_atomic(self.run.root / "pids.json", {k: p.pid for k, p in self.procs.items()})
+                write_pids(self.run, self.procs)
         for name, proc in self.procs.items():
             if name not in self._due and proc.pid not in self._ready_pids and self._ready(name, proc):
                 self._ready_pids.add(proc.pid)
