@@ -124,6 +124,7 @@ def test_ray_places_actors_on_their_robots_nodes_restarts_them_and_survives_a_no
     assert audit["pending_steps"] == 0 and summary["batches_unacked"] == 0, audit  # every step acknowledged
 
 
+@pytest.mark.slow  # 50 s; the fast tier keeps the unit tests below (make test stays under its 15 minutes)
 def test_runtime_ray_starts_its_own_instance_and_runs_the_same_config(tmp_path):
     """No address: a local Ray instance; simulated robots go anywhere; the run is the local one's (same summary),
     and the summary says where each process ran."""
