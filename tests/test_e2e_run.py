@@ -66,7 +66,7 @@ def test_short_run_learns_asynchronously_and_leaves_a_complete_run_dir(tmp_path)
 def test_run_under_inference_delay_executes_chunks_without_stalls(tmp_path):
     """A 3-tick inference delay on the simulated clock with 8-action chunks: the latency-aware executor asks
     early enough that the robot never waits, and every transition records the measured delay."""
-    r = robolearn(["run", *fast_run_overrides("delay", 0.4), "policy.chunk_horizon=8",
+    r = robolearn(["run", *fast_run_overrides("delay", 0.25), "policy.chunk_horizon=8",
                    "actor.inference_delay_ticks=3", "actor.chunking.initial_delay=3",
                    "actor.chunking.execute_horizon=4"], cwd=tmp_path, timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
