@@ -126,15 +126,15 @@ def test_ray_places_actors_on_their_robots_nodes_restarts_them_and_survives_a_no
 
 @pytest.mark.slow  # 50 s; the fast tier keeps the unit tests below (make test stays under its 15 minutes)
 def test_runtime_ray_starts_its_own_instance_and_runs_the_same_config(tmp_path):
-    """No address: a local Ray instance; simulated robots go anywhere; the run is the local one's (same summary),
-    and the summary says where each process ran."""
+    """No address: a local Ray instance; simulated robots on this machine (loopback); the run is the local one's
+    (same summary), and the summary says where each process ran."""
     proc = start_robolearn(["run", *fast_run_overrides("here", 0.3), "runtime=ray", "runtime.num_actors=2",
                             "runtime.num_cpus=2"], cwd=tmp_path)
     out, _ = proc.communicate(timeout=240)
     run = tmp_path / "runs" / "here"
     summary = json.loads((run / "summary.json").read_text())
     assert proc.returncode == 0 and summary["ok"], out
-    assert "[runtime] Ray at" in out and "2 simulated, anywhere" in out
+    assert "[runtime] Ray at" in out and "2 simulated, on this machine" in out
     where = summary["placement"]["processes"]
     assert set(where) == {"learner", "actor-0", "actor-1"} and all(w["state"] == "exited (0)" for w in where.values())
     assert where["learner"]["node_id"] == summary["placement"]["driver_node"]

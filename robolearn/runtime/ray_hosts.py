@@ -69,9 +69,6 @@ class ProcessHost:
     def stop(self, timeout_s: float) -> int:
         return self.proc.stop(timeout_s)
 
-    def terminate(self) -> None:
-        self.proc.terminate()
-
 
 class RayProcess:
     """A process placed by Ray (``options``: its label selector, resources, node affinity), as the supervisor and
@@ -157,9 +154,6 @@ class RayProcess:
             return ray.get(self.handle.status_text.remote(), timeout=timeout_s)
         except (GetTimeoutError, RayActorError):
             return None
-
-    def terminate(self) -> None:
-        self.handle.terminate.remote()
 
     def stop(self, timeout_s: float) -> int:
         """SIGTERM through its host (it drains and exits as locally), its last status copied here when it ran on

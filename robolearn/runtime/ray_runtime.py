@@ -3,7 +3,8 @@
     robolearn run ... runtime=ray [runtime.address=HOST:PORT]   (no address: a local Ray instance is started)
 
     connect to Ray -> the robots: nodes labelled robolearn/robot=<id>, robolearn/robot-type=<the run's robot type>
-    (a simulator with no such node: runtime.num_actors of them, anywhere) -> the local runtime's sequence
+    (a simulator with no such node: runtime.num_actors of them, on this machine, or anywhere when the run is off
+    loopback with keys) -> the local runtime's sequence
     (``runtime.local``: learner, policy server, one actor per robot, supervision, summary), each process started
     on its node by a Ray actor (``runtime.ray_hosts``):
         learner, policy server, GUI   the driver's node (this machine: the buffer and checkpoints are on its disk;
@@ -107,10 +108,10 @@ def robot_nodes(kind: str, nodes: list[dict] | None = None) -> list[RobotNode]:
 class RayPlacement(LocalPlacement):
     """Each process on its node, by the rules of the module docstring."""
 
-    def __init__(self, cfg: RunConfig, run: RunDir) -> None:
+    def __init__(self, cfg: RunConfig) -> None:
         import ray
 
-        self.cfg, self.run = cfg, run
+        self.cfg = cfg
         context = ray.get_runtime_context()
         self.driver_node, self.driver_ip = context.get_node_id(), ray.util.get_node_ip_address()
         self.kind = robot_type(cfg)
@@ -157,14 +158,13 @@ class RayPlacement(LocalPlacement):
     def options(self, name: str) -> dict:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        on_driver = {"scheduling_strategy": NodeAffinitySchedulingStrategy(self.driver_node, soft=False),
+                     "num_cpus": 0}
         if name in DRIVER_PROCESSES:
-            return {"scheduling_strategy": NodeAffinitySchedulingStrategy(self.driver_node, soft=False),
-                    "num_cpus": 0}
-        index = int(name.removeprefix("actor-"))
+            return on_driver
         if not self.nodes:  # simulators: anywhere when off loopback with keys, else on this machine
-            return {"num_cpus": 0} if self.off_loopback else \
-                {"scheduling_strategy": NodeAffinitySchedulingStrategy(self.driver_node, soft=False), "num_cpus": 0}
-        robot = self.nodes[index].robot_id
+            return {"num_cpus": 0} if self.off_loopback else on_driver
+        robot = self.nodes[int(name.removeprefix("actor-"))].robot_id
         return {"label_selector": {ROBOT_LABEL: robot}, "resources": {robot_resource(robot): 1}, "num_cpus": 0}
 
     def spawn(self, name: str, run: RunDir) -> RayProcess:
@@ -254,12 +254,12 @@ def run_ray(cfg: RunConfig, run: RunDir) -> dict:
     ray.init(address=runtime.address or "local", include_dashboard=False, log_to_driver=False,
              configure_logging=False, namespace="robolearn", **started)
     try:
-        placement = RayPlacement(cfg, run)
+        placement = RayPlacement(cfg)
         if placement.nodes and len(placement.nodes) != runtime.num_actors:  # one actor per robot found
             run.config.write_text(to_yaml(replace(cfg, runtime=replace(runtime, num_actors=len(placement.nodes)))))
             cfg = load_run_config(run.config)  # checked again: e.g. a terminal's person drives one robot only
         robots = ", ".join(f"{n.robot_id} ({n.address})" for n in placement.nodes) or \
-            f"{cfg.runtime.num_actors} simulated, anywhere"
+            f"{cfg.runtime.num_actors} simulated, {'anywhere' if placement.off_loopback else 'on this machine'}"
         print(f"[runtime] Ray at {ray.get_runtime_context().gcs_address}; robots: {robots}", flush=True)
         write_json_atomic(run.root / "ray.json", {"address": ray.get_runtime_context().gcs_address})
         return run_local(cfg, run, placement)
