@@ -168,10 +168,16 @@ def test_the_page_watches_takes_over_labels_and_stops_two_sim_robots(tmp_path):
 
             # success / failure buttons end robot 1's episodes with those labels
             page.wait_for_function("window.robolearnGui.connected", timeout=10_000)
+            previous = -1
             for label in ("success", "failure"):
                 page.wait_for_selector('.tile[data-robot="sim_so101-1"][data-control="policy"]', timeout=30_000)
+                # a frame of the next episode first: while the robot resets no frame comes, and the page's last one
+                # still names the episode the previous label just ended
+                page.wait_for_function(f"window.robolearnGui.lastInfo['sim_so101-1'].episode > {previous}",
+                                       timeout=30_000)
                 time.sleep(0.5)
                 running = int(page.evaluate("window.robolearnGui.lastInfo['sim_so101-1'].episode"))
+                previous = running
                 page.click(f'.tile[data-robot="sim_so101-1"] button.label.{label}')
 
                 def ended(ep=running):

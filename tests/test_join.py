@@ -26,7 +26,7 @@ def _ports(run) -> dict:
 
 # The fast tier checks the network half (nothing lost, weights arrive through the faults) on a short run; whether
 # that run also converged depends on how fast this machine learns in its minutes, so the slow tier checks it.
-@pytest.mark.parametrize("minutes, converge", [(0.8, False), pytest.param(2.5, True, marks=pytest.mark.slow)],
+@pytest.mark.parametrize("minutes, converge", [(0.6, False), pytest.param(2.5, True, marks=pytest.mark.slow)],
                          ids=["no-loss", "converges"])
 def test_a_robot_pc_joins_through_a_faulty_network_learns_and_loses_nothing(tmp_path, minutes, converge):
     (tmp_path / "ws").mkdir()
