@@ -39,6 +39,9 @@ class Recording:
         self.path = path or recording_path(run_dir)
         self.stream = rr.RecordingStream("robolearn", recording_id=run_name)
         self.stream.save(str(self.path))
+        # pyarrow imports pandas the first time it builds an array (a second or more of CPU): here, not inside the
+        # first control tick that logs a chunk
+        rr.TimeColumn("tick", sequence=np.zeros(1, dtype=np.int64))
 
     def log_transitions(self, robot_id: str, arrays: dict[str, np.ndarray]) -> None:
         ticks = rr.TimeColumn("tick", sequence=arrays["tick"])
