@@ -102,6 +102,8 @@ class ErrorHistogram:
         # the first bin whose running count reaches q of the total (numpy's quantile's rank, rounded up)
         rank = max(1, int(np.ceil(q * (self.total - 1))) + 1)
         b = int(np.searchsorted(np.cumsum(self.counts), rank))
+        if b == len(self.counts) - 1:  # past the bins' range: the largest value is the only bound known
+            return self.max_s
         return min((b + 1) * self.resolution_s, self.max_s)
 
 

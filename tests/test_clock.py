@@ -18,6 +18,11 @@ def test_histogram_quantiles_are_never_below_numpys_and_at_most_one_bin_above():
         linear, upper = float(np.quantile(values, q)), float(np.quantile(values, q, method="higher"))
         assert linear <= hist.quantile(q) <= upper + 1e-5 + 1e-12, q
     assert hist.quantile(1.0) == values.max()
+    # a quantile among values past the range (a start-up tick of 1.5 s) is the largest, never the range's end
+    slow_start = ErrorHistogram(resolution_s=1e-5, limit_s=0.2)
+    for v in [1e-3] * 19 + [1.5]:
+        slow_start.add(v)
+    assert slow_start.quantile(0.99) == 1.5 >= float(np.quantile([1e-3] * 19 + [1.5], 0.99))
     assert ErrorHistogram().quantile(0.99) == 0.0
 
 

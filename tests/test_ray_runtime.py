@@ -5,8 +5,10 @@ that robot's custom resource.
 One run checks, in order: each actor lands on the node of its robot and leases that robot; killing an actor's Ray
 host (and with it the actor process) leads to a restart on the same node and a re-lease of the same robot;
 removing a node marks its robot unavailable (unhealthy in the lease manager, its actor waiting unscheduled, never
-placed elsewhere) while the other robot goes on; the node coming back brings its actor back; and the run ends
-with every step the actors' own ledgers recorded stored once in the learner's buffer, none pending."""
+placed elsewhere) while the other robot goes on; the node coming back brings its actor back (twice, with one restart
+allowed: a node leaving is not a crash and counts against no budget); killing the learner's host brings a new
+learner on the driver's node from its checkpoint; and the run ends with every step the actors' own ledgers recorded
+stored once in the learner's buffer, none pending."""
 
 from __future__ import annotations
 
@@ -58,6 +60,7 @@ def _running(run, name: str) -> dict | None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # each step waits on the one before (a cluster on 2 cores): about 5 minutes in all
 def test_ray_places_actors_on_their_robots_nodes_restarts_them_and_survives_a_node_leaving(tmp_path):
     from ray.cluster_utils import Cluster
 
@@ -65,8 +68,10 @@ def test_ray_places_actors_on_their_robots_nodes_restarts_them_and_survives_a_no
     nodes = {robot: _robot_node(cluster, robot) for robot in ("arm-a", "arm-b")}
     cluster.wait_for_nodes()
     run = tmp_path / "runs" / "fleet"
-    proc = start_robolearn(["run", *fast_run_overrides("fleet", 2.0), "runtime=ray",
-                            f"runtime.address={cluster.address}", "runtime.actor_restarts=3"], cwd=tmp_path)
+    # one restart allowed per actor: arm-b's node leaves twice below, and a node leaving counts against no budget
+    # the budget only bounds it: the run is stopped (as on Ctrl-C) once every step below is done
+    proc = start_robolearn(["run", *fast_run_overrides("fleet", 12.0), "runtime=ray",
+                            f"runtime.address={cluster.address}", "runtime.actor_restarts=1"], cwd=tmp_path)
     try:
         # 1. each actor on its robot's node, holding that robot
         for i, robot in enumerate(("arm-a", "arm-b")):
@@ -87,28 +92,42 @@ def test_ray_places_actors_on_their_robots_nodes_restarts_them_and_survives_a_no
         wait_for(lambda: _gone(first["pid"]), 10, "the old actor process killed with its host")  # no orphan
         wait_for(lambda: _holders(run)["arm-a"] == ("actor-0", True), 60, "arm-a leased again by actor-0")
 
-        # 3. arm-b's node leaves: arm-b unavailable, its actor waits unscheduled, arm-a goes on
-        cluster.remove_node(nodes["arm-b"], allow_graceful=False)
-        wait_for(lambda: _holders(run)["arm-b"][1] is False, 60, "arm-b marked unhealthy")
-        wait_for(lambda: _placement(run)["processes"]["actor-1"]["state"] == "waiting for its node", 60,
-                 "actor-1 waiting for its node")
-        wait_for(lambda: [r["available"] for r in _placement(run)["robots"]] == [True, False], 30,
-                 "placement.json saying arm-b is unavailable")
-        shown = subprocess.run([str(BIN / "robolearn"), "cluster", str(run)], capture_output=True, text=True,
-                               timeout=60, env={**os.environ, "COLUMNS": "250"})
-        assert shown.returncode == 0, shown.stderr
-        rows = {line.split("│")[4].strip(): line for line in shown.stdout.splitlines() if line.count("│") > 8}
-        assert "actor-0 " in rows["arm-a"] and "alive" in rows["arm-a"], shown.stdout  # holder, process, node
-        assert "dead" in rows["arm-b"] and "unavailable" in rows["arm-b"], shown.stdout
-        assert "actor-1: waiting for its node" in shown.stdout
-        steps = (read_json(run / "status" / "actor-0.json") or {})["env_steps"]
-        wait_for(lambda: read_json(run / "status" / "actor-0.json")["env_steps"] > steps + 100, 60,
-                 "arm-a acting on while arm-b is gone")
+        # 3. arm-b's node leaves: arm-b unavailable, its actor waits unscheduled, arm-a goes on; twice
+        for leaving in range(2):
+            cluster.remove_node(nodes["arm-b"], allow_graceful=False)
+            wait_for(lambda: _holders(run)["arm-b"][1] is False, 60, "arm-b marked unhealthy")
+            wait_for(lambda: _placement(run)["processes"]["actor-1"]["state"] == "waiting for its node", 60,
+                     "actor-1 waiting for its node")
+            wait_for(lambda: [r["available"] for r in _placement(run)["robots"]] == [True, False], 30,
+                     "placement.json saying arm-b is unavailable")
+            if leaving == 0:
+                shown = subprocess.run([str(BIN / "robolearn"), "cluster", str(run)], capture_output=True,
+                                       text=True, timeout=60, env={**os.environ, "COLUMNS": "250"})
+                assert shown.returncode == 0, shown.stderr
+                rows = {line.split("│")[4].strip(): line for line in shown.stdout.splitlines()
+                        if line.count("│") > 8}
+                assert "actor-0 " in rows["arm-a"] and "alive" in rows["arm-a"], shown.stdout  # holder, node
+                assert "dead" in rows["arm-b"] and "unavailable" in rows["arm-b"], shown.stdout
+                assert "actor-1: waiting for its node" in shown.stdout
+                steps = (read_json(run / "status" / "actor-0.json") or {})["env_steps"]
+                wait_for(lambda at=steps: read_json(run / "status" / "actor-0.json")["env_steps"] > at + 100, 60,
+                         "arm-a acting on while arm-b is gone")
 
-        # 4. the node comes back: its actor is scheduled there again and takes its robot
-        nodes["arm-b"] = _robot_node(cluster, "arm-b")
-        wait_for(lambda: (w := _running(run, "actor-1")) and w["node_id"] == nodes["arm-b"].node_id, 120,
-                 "actor-1 back on arm-b's new node")
+            # 4. the node comes back: its actor is scheduled there again and takes its robot
+            nodes["arm-b"] = _robot_node(cluster, "arm-b")
+            wait_for(lambda: (w := _running(run, "actor-1")) and w["node_id"] == nodes["arm-b"].node_id, 120,
+                     "actor-1 back on arm-b's new node")
+            wait_for(lambda: _holders(run)["arm-b"] == ("actor-1", True), 60, "arm-b leased again by actor-1")
+
+        # 5. the learner's host killed: a new learner on the driver's node, from its checkpoint
+        learner = read_json(run / "status" / "learner.json")
+        os.kill(int(open(f"/proc/{learner['pid']}/stat").read().rsplit(")", 1)[1].split()[1]), signal.SIGKILL)
+        back = wait_for(lambda: (s := read_json(run / "status" / "learner.json")) and s["pid"] != learner["pid"]
+                        and s.get("resumed_from") and s, 120, "a new learner resumed from its checkpoint")
+        assert _running(run, "learner")["node_id"] == _placement(run)["driver_node"]
+        wait_for(lambda: read_json(run / "status" / "learner.json")["updates"] > back["resumed_from"]["updates"],
+                 60, "the new learner learning past its checkpoint")
+        proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
@@ -117,7 +136,9 @@ def test_ray_places_actors_on_their_robots_nodes_restarts_them_and_survives_a_no
     summary = json.loads((run / "summary.json").read_text())
     assert proc.returncode == 0 and summary["ok"], out
     restarted = [r["process"] for r in summary["restarts"]]
-    assert restarted.count("actor-0") == 1 and restarted.count("actor-1") == 1, summary["restarts"]
+    assert sorted(restarted) == ["actor-0", "actor-1", "actor-1", "learner"], summary["restarts"]
+    assert [r.get("node_left", False) for r in summary["restarts"] if r["process"] == "actor-1"] == [True, True]
+    assert not any(r.get("node_left") for r in summary["restarts"] if r["process"] != "actor-1")
     audit = audit_run(run)
     assert audit["produced_steps"] > 500 and set(audit["produced_by_actor"]) == {"actor-0", "actor-1"}
     assert audit["lost_steps"] == 0 and audit["duplicate_steps"] == 0, audit

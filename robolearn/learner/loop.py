@@ -207,8 +207,8 @@ class Learner:
                     continue  # any other error ends the learner with its traceback (robolearn.runtime.worker)
                 if self.algo.num_updates % schedule.publish_every == 0:
                     self.version += 1
-                    self._publish(pub)
-                    last["heartbeat"] = time.monotonic()
+                    if self._publish(pub):  # only a full snapshot counts as a heartbeat: a subscriber that
+                        last["heartbeat"] = time.monotonic()  # joined late cannot apply a delta
                 if self.algo.num_updates % 10 == 0:
                     self.recording.log_learner(self.algo.num_updates, metrics)
             else:
@@ -333,10 +333,10 @@ class Learner:
         return LearnerStatus(version=self.version, updates=self.algo.num_updates, env_steps=self.env_steps,
                              learned_env_steps=int(learned), caught_up=self.algo.num_updates >= self._updates_due())
 
-    def _publish(self, pub: WeightPublisher, full: bool = False) -> None:
+    def _publish(self, pub: WeightPublisher, full: bool = False) -> bool:
         """PUB the actor weights: a sparse delta from the previous version when that is smaller, a full snapshot
-        on heartbeats and every ``learner.weights_full_every`` versions."""
-        pub.publish(self.version, self.policy, self.status(), full=full)
+        on heartbeats and every ``learner.weights_full_every`` versions. Whether it was a full snapshot."""
+        return pub.publish(self.version, self.policy, self.status(), full=full)
 
     def _counters(self) -> dict:
         return {

@@ -87,6 +87,7 @@ class RayProcess:
         self._where: dict | None = None
         self._code: int | None = None
         self.died_because = ""
+        self.node_left = False  # it died because its node left the cluster (not a crash of its own)
 
     @property
     def where(self) -> dict | None:
@@ -128,6 +129,12 @@ class RayProcess:
                 self._exit = self.handle.wait.remote()  # node that is gone fails it with ActorDiedError
             except RayActorError as exc:  # its host was killed, or its node left the cluster
                 self._code, self.died_because = -9, f"{type(exc).__name__}: {str(exc)[:2000]}"
+                # its node left: Ray says so for a drained (preempted) node; otherwise the node it ran on is no
+                # longer alive (Ray marks a node dead before it fails the actors on it). A host that died before
+                # it said where it runs is counted as a crash.
+                node = (self.where or {}).get("node_id")
+                self.node_left = getattr(exc, "preempted", False) or (
+                    bool(node) and not any(n["NodeID"] == node and n["Alive"] for n in ray.nodes()))
         return self._code is None
 
     def _started(self, timeout_s: float) -> bool:

@@ -168,8 +168,12 @@ class Supervisor:
             if proc.alive() or name in self._due:
                 continue
             code = proc.returncode
-            recent = [t for t in self._deaths.get(name, []) if now - t < runtime.restart_window_s] + [now]
-            self._deaths[name] = recent
+            # a Ray host whose node left the cluster: its robot went with it, nothing of the process failed, so
+            # it counts against no restart budget (a robot PC that reboots five times never ends the run) and
+            # its replacement starts at once, waiting unscheduled until a node with that robot is back
+            node_left = getattr(proc, "node_left", False)
+            recent = [t for t in self._deaths.get(name, []) if now - t < runtime.restart_window_s]
+            self._deaths[name] = recent = recent if node_left else recent + [now]
             if len(recent) > self._allowed(name):
                 return (f"{name} exited unexpectedly (code {code}), its restart {len(recent)} within "
                         f"{runtime.restart_window_s:.0f} s (runtime.{self._limit_key(name)}="
@@ -177,8 +181,10 @@ class Supervisor:
             # killed once it was working (a crash, an OOM kill): back at once; dying again and again before it
             # gets going is a crash loop (a missing device, a bad config): wait 1, 3, 7, ... x backoff
             looping = proc.pid not in self._ready_pids and not self._ready(name, proc)
-            streak = self._unready_deaths[name] = self._unready_deaths.get(name, 0) + 1 if looping else 0
-            delay = runtime.restart_backoff_s * (2 ** max(streak - 1, 0) - 1)
+            streak = self._unready_deaths.get(name, 0)  # a node leaving neither adds to a crash loop nor ends one
+            if not node_left:
+                streak = self._unready_deaths[name] = streak + 1 if looping else 0
+            delay = 0.0 if node_left else runtime.restart_backoff_s * (2 ** max(streak - 1, 0) - 1)
             if name == "learner":  # its counters start again at 0: the summary adds those of its last status
                 last = read_json(self.run.status("learner")) or {}
                 if last.get("pid") == proc.pid:  # (a learner that died before writing one counted nothing)
@@ -189,14 +195,17 @@ class Supervisor:
                 what = "on the same ports (the robots act on meanwhile; the page reconnects)"
             else:
                 what = "from its last checkpoint"
-            print(f"[runtime] {name} exited (code {code}); restarting {what} in {delay:.1f} s "
-                  f"({len(recent)}/{self._allowed(name)} within {runtime.restart_window_s:.0f} s)",
+            counted = ("its node left: not counted" if node_left
+                       else f"{len(recent)}/{self._allowed(name)} within {runtime.restart_window_s:.0f} s")
+            print(f"[runtime] {name} exited (code {code}); restarting {what} in {delay:.1f} s ({counted})",
                   file=sys.stderr, flush=True)
             proc.close_log()
             self._due[name] = now + delay
             entry = {"process": name, "exit_code": code, "at_s": round(elapsed_s, 2), "ready_after_s": None}
             if getattr(proc, "died_because", ""):  # a Ray host: why Ray says it died (killed, its node left)
                 entry["error"] = proc.died_because
+            if node_left:
+                entry["node_left"] = True
             self.restarts.append(entry)
             self._waiting[name] = (entry, now)
         for name, at in list(self._due.items()):

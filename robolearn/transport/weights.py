@@ -53,11 +53,13 @@ class WeightPublisher:
             data = os.pread(self._version_fd, 8, 0)
             self.published_before = int.from_bytes(data, "little") if len(data) == 8 else 0
 
-    def publish(self, version: int, policy: torch.nn.Module, status: LearnerStatus, full: bool = False) -> None:
+    def publish(self, version: int, policy: torch.nn.Module, status: LearnerStatus, full: bool = False) -> bool:
+        """Sends ``version``; whether it went out as a full snapshot."""
         sync_meta, arrays = self._codec.encode(version, weights_arrays(policy), force_full=full)
         if self._version_fd is not None:  # before it leaves: no subscriber can hold a version not recorded
             os.pwrite(self._version_fd, version.to_bytes(8, "little"), 0)
         send(self.sock, WEIGHTS, "learner", version, {**status.to_meta(), **sync_meta}, arrays)
+        return sync_meta["kind"] == "full"
 
     @property
     def bytes_ratio(self) -> float:
