@@ -28,10 +28,11 @@ class Clock(Protocol):
         """Start a fresh schedule now (after a pause such as an episode reset)."""
 
 
-# The last part of a period is spun, not slept: sleep() overshoots, by 0.16 ms median and 0.3 ms p99 measured on this
-# project's 2-core machine. A longer spin buys nothing on an idle core and burns CPU that other robots' loops need on
-# a shared one (1.5 ms of each 20 ms tick was 0.6 cores for 8 robots at 50 Hz).
-SPIN_S = 0.0005
+# The last part of a period is spun, not slept: sleep() overshoots (0.16 ms median, 0.3 ms p99 on an idle 2-core
+# machine here), and a loop that shares its cores with a learner wakes later still. Tried at 0.5 ms: the tick period
+# error p99 of one 50 Hz robot beside its learner rose from 1.1 to 2.4 ms (bench-fleet, N = 1), and 8 robots on 2
+# cores gained nothing measurable, so the spin stays at 1.5 ms (7.5% of a core per robot at 50 Hz).
+SPIN_S = 0.0015
 
 
 class RealClock:
