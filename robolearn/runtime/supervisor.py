@@ -180,11 +180,11 @@ class Supervisor:
                         f"{self._allowed(name)})")
             # killed once it was working (a crash, an OOM kill): back at once; dying again and again before it
             # gets going is a crash loop (a missing device, a bad config): wait 1, 3, 7, ... x backoff
-            looping = proc.pid not in self._ready_pids and not self._ready(name, proc)
-            streak = self._unready_deaths.get(name, 0)  # a node leaving neither adds to a crash loop nor ends one
+            delay = 0.0  # a node leaving neither adds to a crash loop nor ends one
             if not node_left:
-                streak = self._unready_deaths[name] = streak + 1 if looping else 0
-            delay = 0.0 if node_left else runtime.restart_backoff_s * (2 ** max(streak - 1, 0) - 1)
+                looping = proc.pid not in self._ready_pids and not self._ready(name, proc)
+                streak = self._unready_deaths[name] = self._unready_deaths.get(name, 0) + 1 if looping else 0
+                delay = runtime.restart_backoff_s * (2 ** max(streak - 1, 0) - 1)
             if name == "learner":  # its counters start again at 0: the summary adds those of its last status
                 last = read_json(self.run.status("learner")) or {}
                 if last.get("pid") == proc.pid:  # (a learner that died before writing one counted nothing)
