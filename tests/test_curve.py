@@ -166,6 +166,7 @@ def test_off_loopback_needs_the_server_keys(keys, tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # 37 s; the fast tier keeps each channel's CURVE tests above
 def test_a_run_with_keys_encrypts_every_channel_and_learns(tmp_path):
     import json
 

@@ -63,6 +63,7 @@ def test_short_run_learns_asynchronously_and_leaves_a_complete_run_dir(tmp_path)
     assert not figures["problems"]
 
 
+@pytest.mark.slow  # 38 s; the fast tier keeps the short run above and the chunking tests on the simulated clock
 def test_run_under_inference_delay_executes_chunks_without_stalls(tmp_path):
     """A 3-tick inference delay on the simulated clock with 8-action chunks: the latency-aware executor asks
     early enough that the robot never waits, and every transition records the measured delay."""

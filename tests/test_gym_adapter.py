@@ -49,6 +49,7 @@ def test_unknown_env_id_is_named():
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # 28 s; the fast tier keeps the adapter's unit tests above
 def test_robolearn_run_trains_on_reacher_for_a_few_hundred_steps(tmp_path):
     r = robolearn(["run", "task=gym", "task.env_id=Reacher-v5", "run_name=reacher", "budget.env_steps=400",
                    "budget.minutes=3", "learner.learning_starts=100", "policy.hidden_dims=[64,64]",

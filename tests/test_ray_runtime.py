@@ -64,7 +64,9 @@ def _running(run, name: str) -> dict | None:
 def test_ray_places_actors_on_their_robots_nodes_restarts_them_and_survives_a_node_leaving(tmp_path):
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    # the head (the learner's workstation) declares a GPU: Ray gives one to the learner (learner.device=auto), which
+    # learns on the CPU all the same, as torch sees no CUDA device on this machine
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 1, "include_dashboard": False})
     nodes = {robot: _robot_node(cluster, robot) for robot in ("arm-a", "arm-b")}
     cluster.wait_for_nodes()
     run = tmp_path / "runs" / "fleet"
@@ -81,6 +83,10 @@ def test_ray_places_actors_on_their_robots_nodes_restarts_them_and_survives_a_no
                  "each actor holding its own robot")
         wait_for(lambda: (read_json(run / "status" / "actor-0.json") or {}).get("env_steps", 0) > 100, 60,
                  "actor-0 acting")
+        # the learner holds the head's GPU; the actors hold none
+        assert _running(run, "learner")["gpus"] == ["0"], _placement(run)
+        assert [_running(run, f"actor-{i}")["gpus"] for i in range(2)] == [[], []]
+        assert read_json(run / "status" / "learner.json")["device"] == "cpu"
 
         # 2. its Ray host killed (the actor process dies with it): started again on the same node, same robot
         first = _running(run, "actor-0")
@@ -109,6 +115,7 @@ def test_ray_places_actors_on_their_robots_nodes_restarts_them_and_survives_a_no
                 assert "actor-0 " in rows["arm-a"] and "alive" in rows["arm-a"], shown.stdout  # holder, node
                 assert "dead" in rows["arm-b"] and "unavailable" in rows["arm-b"], shown.stdout
                 assert "actor-1: waiting for its node" in shown.stdout
+                assert ", GPU 0)" in shown.stdout and shown.stdout.count("GPU 0") == 1, shown.stdout  # the learner
                 steps = (read_json(run / "status" / "actor-0.json") or {})["env_steps"]
                 wait_for(lambda at=steps: read_json(run / "status" / "actor-0.json")["env_steps"] > at + 100, 60,
                          "arm-a acting on while arm-b is gone")
@@ -125,6 +132,7 @@ def test_ray_places_actors_on_their_robots_nodes_restarts_them_and_survives_a_no
         back = wait_for(lambda: (s := read_json(run / "status" / "learner.json")) and s["pid"] != learner["pid"]
                         and s.get("resumed_from") and s, 120, "a new learner resumed from its checkpoint")
         assert _running(run, "learner")["node_id"] == _placement(run)["driver_node"]
+        assert _running(run, "learner")["gpus"] == ["0"]  # the GPU the killed learner held is its again
         wait_for(lambda: read_json(run / "status" / "learner.json")["updates"] > back["resumed_from"]["updates"],
                  60, "the new learner learning past its checkpoint")
         proc.send_signal(signal.SIGINT)

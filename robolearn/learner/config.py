@@ -3,9 +3,18 @@ losses, ``algo.*``). Per-algorithm defaults live in ``configs/learner/<algo>.yam
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 LEARNING_MODES = ("async", "sync")
+DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+
+def check_device_name(name: str) -> None:
+    """ValueError unless ``name`` is a form ``learner.device`` takes (whether that device exists is known only where
+    the learner runs: ``learner.device.resolve_device``)."""
+    if not DEVICE_PATTERN.fullmatch(name):
+        raise ValueError(f"learner.device must be auto, cpu, cuda or cuda:N, got {name!r}")
 
 
 @dataclass
@@ -17,6 +26,7 @@ class LearnerConfig:
     checkpoint_every_s: float = 20.0
     prefetch_batches: int = 2        # batches sampled ahead on a background thread (0: inline)
     threads: int = 1                 # torch threads of the learner process
+    device: str = "auto"             # auto (a CUDA device when torch sees one, else the CPU) | cpu | cuda | cuda:N
     learning: str = "async"          # async: acting and learning overlap | sync: at each episode end the robot
                                      # waits until the learner has done the updates due (the baseline)
     weights_heartbeat_s: float = 1.0  # a full weight snapshot at least this often (late joiners, missed deltas)
@@ -35,6 +45,7 @@ class LearnerConfig:
                 raise ValueError(f"learner.{key} must be >= 0, got {getattr(self, key)}")
         if self.checkpoint_every_s <= 0 or self.weights_heartbeat_s <= 0:
             raise ValueError("learner.checkpoint_every_s and learner.weights_heartbeat_s must be > 0")
+        check_device_name(self.device)
         if self.learning not in LEARNING_MODES:
             raise ValueError(f"learner.learning must be async or sync, got {self.learning!r}")
 

@@ -33,6 +33,7 @@ from torch import nn
 
 from robolearn.buffer.replay_buffer import ReplayBuffer
 from robolearn.learner.chunk_batch import require_bc_policy, sample_chunk_windows
+from robolearn.learner.device import module_device
 from robolearn.policies.mlp import mlp
 from robolearn.specs import ActionSpec
 
@@ -123,7 +124,8 @@ class HABC:
         require_bc_policy(policy, "habc")
         self.actor = policy
         self.horizon = policy.horizon
-        self.heads = ValueHeads(policy.normalise, policy.obs_dim, config.value_hidden_dims)
+        # built where the learner put the policy (learner.device)
+        self.heads = ValueHeads(policy.normalise, policy.obs_dim, config.value_hidden_dims).to(module_device(policy))
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=config.actor_lr)
         self.value_opt = torch.optim.Adam(self.heads.parameters(), lr=config.value_lr)
         self.num_updates = 0

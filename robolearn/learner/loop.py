@@ -33,6 +33,7 @@ from robolearn.buffer.samplers import NotEnoughData
 from robolearn.builders import build_policy, task_specs
 from robolearn.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from robolearn.learner.algorithm import Algorithm
+from robolearn.learner.device import batch_to, resolve_device
 from robolearn.logging.recording import Recording
 from robolearn.logging.status import MetricsLog, read_json, write_json_atomic
 from robolearn.registry import lookup
@@ -69,7 +70,9 @@ class Learner:
         np.random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
         self.obs_spec, self.action_spec = task_specs(cfg)  # the robot is not connected: actors own it
-        self.policy = build_policy(cfg, self.obs_spec, self.action_spec)
+        self.device = resolve_device(self.schedule.device)
+        # the algorithm builds its other networks where the policy is (learner/device.py)
+        self.policy = build_policy(cfg, self.obs_spec, self.action_spec).to(self.device)
         self.algo: Algorithm = lookup("algo", cfg.algo.name).factory(self.policy, cfg.algo, cfg.seed)
         self.rejects = RejectCounter()
         self.duplicates = 0  # batches an actor re-sent that the buffer already held (acknowledged, dropped)
@@ -145,10 +148,12 @@ class Learner:
 
     # --- one update ----------------------------------------------------------------------------
     def _sample(self) -> tuple[dict, dict]:
-        """A batch and the replay generator's state right after drawing it (prefetch thread or inline)."""
+        """A batch on the learner's device and the replay generator's state right after drawing it (prefetch
+        thread or inline)."""
         with self.buffer.lock:
             batch = self.algo.sample_batch(self.buffer, self.action_spec, self.schedule.batch_size)
-            return batch, self.buffer.rng.bit_generator.state
+            rng_state = self.buffer.rng.bit_generator.state
+        return batch_to(batch, self.device), rng_state
 
     def start_prefetch(self) -> Prefetcher | None:
         depth = self.schedule.prefetch_batches
@@ -189,8 +194,8 @@ class Learner:
         self.version = max(self.version, 1) if published <= self.version else published + 1
         self._publish(pub)
         write_json_atomic(self.run.endpoints, endpoints)
-        print(f"[learner] listening: transitions {endpoints['transitions']}, weights {endpoints['weights']}",
-              flush=True)
+        print(f"[learner] listening: transitions {endpoints['transitions']}, weights {endpoints['weights']}; "
+              f"learning on {self.device}", flush=True)
 
         schedule = self.schedule
         t_start = time.monotonic()
@@ -352,7 +357,7 @@ class Learner:
 
     def _write_status(self, elapsed_s: float, final: bool = False) -> None:
         write_json_atomic(self.run.status("learner"), {
-            **self._counters(), "elapsed_s": elapsed_s, "pid": os.getpid(), "final": final,
+            **self._counters(), "elapsed_s": elapsed_s, "pid": os.getpid(), "final": final, "device": str(self.device),
             "last_reject": self.rejects.last_reason, "resumed_from": self.resumed_from,
             "policy_lag_histogram": {str(k): v for k, v in sorted(self.policy_lag.items())},
             "buffer_records": self.buffer.log.num_records,

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from robolearn.buffer.replay_buffer import ReplayBuffer
+from robolearn.learner.device import module_device
 from robolearn.policies.encoders import random_shift
 from robolearn.policies.mlp import GaussianChunkPolicy, gripper_class
 from robolearn.specs import ActionSpec
@@ -177,9 +178,11 @@ class SAC:
         # the critics read the policy's features: its state normaliser (its running statistics updated at the top
         # of each update), its state encoder if it has one and, with cameras, its image encoder; the critic loss
         # trains the encoders (the actor sees the features with stop-gradient)
-        self.critic = EnsembleCritic(policy.feature_dim, act_dim, config.num_critics, config.critic_hidden_dims)
+        device = module_device(policy)  # the learner put the policy on learner.device
+        self.critic = EnsembleCritic(policy.feature_dim, act_dim, config.num_critics,
+                                     config.critic_hidden_dims).to(device)
         self.critic_target = EnsembleCritic(policy.feature_dim, act_dim, config.num_critics,
-                                            config.critic_hidden_dims)
+                                            config.critic_hidden_dims).to(device)
         self.critic_target.load_state_dict(self.critic.state_dict())
         self.critic_target.requires_grad_(False)
         self.target_entropy = -act_dim / 2

@@ -141,7 +141,7 @@ class LerobotChunkPolicy(nn.Module):
         [-1, 1], valid (B, H) 1 for real steps. All weights 0: a zero loss (nothing to imitate). In the mode the
         learner set (HABC and Hi-ORS train the actor in train mode: ACT's VAE encoder and its KL term run)."""
         if not bool((weights > 0).any()):
-            return torch.zeros((), requires_grad=True)
+            return torch.zeros((), device=state.device, requires_grad=True)
         idx = torch.multinomial(weights, weights.shape[0], replacement=True)
         batch = {**self._inputs(state[idx]), ACTION: actions[idx], "action_is_pad": valid[idx] < 0.5}
         loss, _ = self.policy.forward(batch)

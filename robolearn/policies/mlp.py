@@ -143,7 +143,7 @@ GRIPPER_LEVELS = torch.tensor([-1.0, 0.0, 1.0])  # normalised gripper command pe
 
 def gripper_class(command: torch.Tensor) -> torch.Tensor:
     """Normalised gripper commands (B,) -> the nearest of GRIPPER_LEVELS, as class indices (B,)."""
-    return torch.bucketize(command.contiguous(), torch.tensor([-1 / 3, 1 / 3]))
+    return torch.bucketize(command.contiguous(), command.new_tensor([-1 / 3, 1 / 3]))  # on the command's device
 
 
 class GaussianChunkPolicy(nn.Module):

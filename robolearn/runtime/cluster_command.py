@@ -66,7 +66,8 @@ def main(argv: list[str]) -> int:
         lease = leases.get(robot, {})
         held = (lease.get("holder") or "free") if lease.get("healthy", True) else \
             f"unavailable ({lease.get('error') or 'node left'})"
-        here = [f"{name} (pid {w.get('pid')})" for name, w in procs.items() if w.get("node_id") == n["NodeID"]]
+        here = [f"{name} (pid {w.get('pid')}{', GPU ' + ','.join(w['gpus']) if w.get('gpus') else ''})"
+                for name, w in procs.items() if w.get("node_id") == n["NodeID"]]
         table.add_row(n["NodeID"][:12], n["NodeManagerAddress"], "alive" if n.get("Alive") else "[red]dead[/red]",
                       robot or "-", labels.get(TYPE_LABEL, "-"), held if robot and leases else "-",
                       f"{res.get('CPU', 0):g}", f"{res.get('GPU', 0):g}", ", ".join(here) or "-")

@@ -55,7 +55,7 @@ class ProcessHost:
         import ray
 
         return {"node_id": ray.get_runtime_context().get_node_id(), "ip": node_ip(), "remote": self.remote,
-                "pid": self.proc.pid}
+                "pid": self.proc.pid, "gpus": [str(g) for g in ray.get_gpu_ids()]}  # Ray's GPUs for it (the learner)
 
     def wait(self) -> int:
         return self.proc.popen.wait()

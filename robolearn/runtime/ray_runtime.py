@@ -7,8 +7,9 @@
     loopback with keys) -> the local runtime's sequence
     (``runtime.local``: learner, policy server, one actor per robot, supervision, summary), each process started
     on its node by a Ray actor (``runtime.ray_hosts``):
-        learner, policy server, GUI   the driver's node (this machine: the buffer and checkpoints are on its disk;
-                                      the learner computes on CPU, so it asks Ray for no GPU)
+        learner, policy server, GUI   the driver's node (this machine: the buffer and checkpoints are on its disk);
+                                      the learner asks Ray for one GPU (num_gpus=1) when learner.device is auto or
+                                      cuda and this node has one, none with learner.device=cpu or no GPU here
         actor for robot X             the node labelled robolearn/robot=X (label selector) holding the custom
                                       resource robot:X (one actor per robot); never anywhere else
 A robot PC joins the cluster with
@@ -105,6 +106,24 @@ def robot_nodes(kind: str, nodes: list[dict] | None = None) -> list[RobotNode]:
     return sorted(found.values(), key=lambda n: n.robot_id)
 
 
+def learner_gpus(device: str, driver_gpus: float) -> int:
+    """The GPUs the learner asks Ray for on the driver's node (``driver_gpus`` of them there): one when
+    ``learner.device`` may use CUDA and the node has a GPU. ConfigError for a CUDA device the node does not have, and
+    for cuda:N with N > 0 (Ray makes the one GPU it gives the learner its cuda:0)."""
+    if device == "cpu":
+        return 0
+    if device.startswith("cuda:") and device != "cuda:0":
+        raise ConfigError(f"runtime=ray: learner.device={device}: Ray gives the learner one GPU, which it sees as "
+                          "cuda:0; set learner.device=cuda (Ray picks which of the node's GPUs)")
+    if driver_gpus >= 1:
+        return 1
+    if device == "auto":
+        return 0
+    raise ConfigError(f"runtime=ray: learner.device={device}, but Ray's node on this machine (where the learner runs, "
+                      "beside the buffer) has no GPU resource; start Ray with --num-gpus=1 here, or set "
+                      "learner.device=auto or cpu")
+
+
 class RayPlacement(LocalPlacement):
     """Each process on its node, by the rules of the module docstring."""
 
@@ -132,6 +151,8 @@ class RayPlacement(LocalPlacement):
                               "(RAY_AUTH_MODE=disabled): Ray's own calls between nodes are pickled, so only nodes "
                               "holding the cluster's token may join it; unset RAY_AUTH_MODE")
         self._available = {n.robot_id: n for n in self.nodes}  # refreshed by sync(), on the driver's thread
+        driver = next(n for n in ray.nodes() if n["NodeID"] == self.driver_node)
+        self.learner_gpus = learner_gpus(cfg.learner.device, (driver.get("Resources") or {}).get("GPU", 0))
         self._synced = 0.0
 
     # --- what the lease manager hands out ------------------------------------------------------------------
@@ -160,6 +181,8 @@ class RayPlacement(LocalPlacement):
 
         on_driver = {"scheduling_strategy": NodeAffinitySchedulingStrategy(self.driver_node, soft=False),
                      "num_cpus": 0}
+        if name == "learner":
+            return {**on_driver, "num_gpus": self.learner_gpus}  # Ray sets its CUDA_VISIBLE_DEVICES
         if name in DRIVER_PROCESSES:
             return on_driver
         if not self.nodes:  # simulators: anywhere when off loopback with keys, else on this machine
