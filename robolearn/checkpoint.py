@@ -4,7 +4,8 @@ and the policy server: ``runs/<name>/checkpoints/latest.pt``.
 A checkpoint is a ``torch.save`` of tensors and primitives only, loaded back with ``weights_only=True``
 (never arbitrary pickles): the algorithm's ``state_dict()`` (its ``"actor"`` entry is the policy's state
 dict), the weight version, the online env steps ingested, the replay generator's state after the last
-consumed batch and torch's RNG state (so a resumed run's next update equals the uninterrupted run's).
+consumed batch and torch's RNG states, the CPU's and a GPU learner's CUDA one (so a resumed run's next update
+equals the uninterrupted run's).
 Writes are atomic: a temporary file, fsync, rename.
 """
 
@@ -25,6 +26,7 @@ class Checkpoint:
     env_steps: int                # online steps ingested when it was written
     replay_rng: dict[str, Any]    # numpy bit-generator state of the replay sampler
     torch_rng: torch.Tensor
+    cuda_rng: torch.Tensor | None = None  # the learner's CUDA generator (a learner on a GPU draws its noise there)
 
     @property
     def policy_weights(self) -> dict[str, torch.Tensor]:
@@ -36,7 +38,8 @@ def save_checkpoint(path: Path, ckpt: Checkpoint) -> None:
     tmp = path.with_suffix(".tmp")
     with open(tmp, "wb") as f:
         torch.save({"algo": ckpt.algo, "version": ckpt.version, "env_steps": ckpt.env_steps,
-                    "replay_rng": ckpt.replay_rng, "torch_rng": ckpt.torch_rng}, f)
+                    "replay_rng": ckpt.replay_rng, "torch_rng": ckpt.torch_rng,
+                    **({"cuda_rng": ckpt.cuda_rng} if ckpt.cuda_rng is not None else {})}, f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -48,4 +51,4 @@ def load_checkpoint(path: Path) -> Checkpoint:
         raise FileNotFoundError(f"{path.parent.parent} has no checkpoint yet ({path})")
     state = torch.load(path, map_location="cpu", weights_only=True)  # tensors and primitives only
     return Checkpoint(state["algo"], int(state["version"]), int(state["env_steps"]), state["replay_rng"],
-                      state["torch_rng"])
+                      state["torch_rng"], state.get("cuda_rng"))

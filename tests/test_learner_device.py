@@ -88,3 +88,14 @@ def test_habc_builds_its_value_heads_where_the_policy_is_and_updates_there(devic
              "episode_success": zeros}
     metrics = habc.update(batch_to(batch, torch.device(device)))
     assert all(np.isfinite(v) for v in metrics.values())
+
+
+def test_a_checkpoint_keeps_the_cuda_generator_when_there_is_one_and_loads_without_it(tmp_path):
+    from robolearn.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+
+    state = torch.arange(16, dtype=torch.uint8)  # what torch.cuda.get_rng_state returns: a uint8 tensor
+    save_checkpoint(tmp_path / "gpu.pt", Checkpoint({"actor": {}}, 3, 10, {}, torch.get_rng_state(), state))
+    assert torch.equal(load_checkpoint(tmp_path / "gpu.pt").cuda_rng, state)
+    save_checkpoint(tmp_path / "cpu.pt", Checkpoint({"actor": {}}, 3, 10, {}, torch.get_rng_state()))
+    assert load_checkpoint(tmp_path / "cpu.pt").cuda_rng is None
+    assert "cuda_rng" not in torch.load(tmp_path / "cpu.pt", weights_only=True)  # a CPU learner's, as before

@@ -6,7 +6,8 @@
                the CPU (a run set up for a GPU that learns tens of times slower on the CPU is a failure to report)
 
 The replay buffer, the sampler and the prefetch thread stay on the CPU: a batch is drawn there and moved to the
-device on the prefetch thread (from pinned memory, so the copy overlaps the update before it). Weights go out as CPU
+device on the prefetch thread (a non-blocking copy from pinned memory, ordered before the update's kernels on the
+device's default stream). Weights go out as CPU
 arrays (``transport.weights``) and a checkpoint is read onto the CPU (``checkpoint``), so one written on a GPU loads
 on a machine without one (the policy server, ``robolearn eval``) and the learner's ``load_state_dict`` copies it to
 its device.
@@ -44,5 +45,6 @@ def batch_to(batch: dict, device: torch.device) -> dict:
     """A batch of tensors (nested dicts of them: observations with cameras) on ``device``; unchanged on the CPU."""
     if device.type == "cpu":
         return batch
-    return {k: batch_to(v, device) if isinstance(v, dict) else v.pin_memory().to(device, non_blocking=True)
-            for k, v in batch.items()}
+    with torch.cuda.device(device):  # this thread's current device: pinning would open a context on cuda:0 otherwise
+        return {k: batch_to(v, device) if isinstance(v, dict) else v.pin_memory().to(device, non_blocking=True)
+                for k, v in batch.items()}

@@ -71,6 +71,8 @@ class Learner:
         torch.manual_seed(cfg.seed)
         self.obs_spec, self.action_spec = task_specs(cfg)  # the robot is not connected: actors own it
         self.device = resolve_device(self.schedule.device)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)  # this thread's current device (cuda:N: no context on cuda:0)
         # the algorithm builds its other networks where the policy is (learner/device.py)
         self.policy = build_policy(cfg, self.obs_spec, self.action_spec).to(self.device)
         self.algo: Algorithm = lookup("algo", cfg.algo.name).factory(self.policy, cfg.algo, cfg.seed)
@@ -107,6 +109,8 @@ class Learner:
         self.version = ckpt.version
         self.buffer.rng.bit_generator.state = ckpt.replay_rng
         torch.set_rng_state(ckpt.torch_rng)
+        if ckpt.cuda_rng is not None and self.device.type == "cuda":  # one written on the CPU: this device's seed
+            torch.cuda.set_rng_state(ckpt.cuda_rng, self.device)
         self.resumed_from = {"updates": self.algo.num_updates, "version": self.version, "env_steps": ckpt.env_steps}
 
     def _import_demos(self) -> None:
@@ -370,8 +374,9 @@ class Learner:
         if replay_rng is None:  # nothing consumed yet
             with self.buffer.lock:  # the prefetch thread draws from the same generator
                 replay_rng = self.buffer.rng.bit_generator.state
+        cuda_rng = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
         save_checkpoint(self.run.checkpoint, Checkpoint(self.algo.state_dict(), self.version, self.env_steps,
-                                                        replay_rng, torch.get_rng_state()))
+                                                        replay_rng, torch.get_rng_state(), cuda_rng))
 
 
 def main(run: RunDir, cfg: RunConfig) -> int:

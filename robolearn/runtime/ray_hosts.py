@@ -17,6 +17,7 @@ data never travels through Ray's pickled calls, it stays on the zmq channels wit
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from robolearn.logging.status import write_json_atomic
@@ -49,6 +50,10 @@ class ProcessHost:
                 (self.run.root / file).write_text(text)
         else:  # the driver's run directory, and its working directory (relative paths in the config, as locally)
             self.run = RunDir(Path(run_root))
+        import ray
+
+        if not ray.get_gpu_ids():  # Ray leaves CUDA_VISIBLE_DEVICES as it is for an actor given no GPU: the process
+            os.environ["CUDA_VISIBLE_DEVICES"] = ""  # sees only the GPUs Ray gave it (learner.device=auto: the CPU)
         self.proc = WorkerProcess(name, self.run, die_with_parent=True, cwd=None if self.remote else driver_cwd)
 
     def where(self) -> dict:
@@ -179,5 +184,9 @@ class RayProcess:
             self._code = -15  # never started: stopped while it waited for its node
         return self._code
 
-    def close_log(self) -> None:
-        """Its log is on its node (the run directory's logs/ there)."""
+    def release(self) -> None:
+        """It exited (its log is on its node, in the run directory's logs/ there): its host goes too, now, so the
+        resources it held (a robot's, the learner's GPU) are free for the process started in its place."""
+        import ray
+
+        ray.kill(self.handle, no_restart=True)

@@ -76,7 +76,8 @@ class WorkerProcess:
         """SIGTERM: it stops as on Ctrl-C (an actor drains its spool); the supervisor starts it again."""
         self.popen.terminate()
 
-    def close_log(self) -> None:
+    def release(self) -> None:
+        """It exited: close its log (the supervisor starts another in its place)."""
         self.log.close()
 
     def stop(self, timeout_s: float) -> int:
@@ -199,7 +200,7 @@ class Supervisor:
                        else f"{len(recent)}/{self._allowed(name)} within {runtime.restart_window_s:.0f} s")
             print(f"[runtime] {name} exited (code {code}); restarting {what} in {delay:.1f} s ({counted})",
                   file=sys.stderr, flush=True)
-            proc.close_log()
+            proc.release()  # its log (and a Ray host, with the resources it held)
             self._due[name] = now + delay
             entry = {"process": name, "exit_code": code, "at_s": round(elapsed_s, 2), "ready_after_s": None}
             if getattr(proc, "died_because", ""):  # a Ray host: why Ray says it died (killed, its node left)
