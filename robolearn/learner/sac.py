@@ -160,6 +160,35 @@ def optimiser_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, params:
     optimizer.step()
 
 
+def sample_windows(buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: int, horizon: int, gamma: float,
+                   demo_ratio: float, cameras: tuple[str, ...] | list[str] = (),
+                   image_shift_pad: int = 0) -> dict[str, torch.Tensor]:
+    """One batch of H-step windows (RLPD: ``demo_ratio`` of it from demo and intervention steps, pooled by size, the
+    rest online; all online while there are none): obs (B, D), action (B, H * A) in [-1, 1], reward (B,) H-step
+    return, discount (B,), next_obs (B, D). With ``cameras`` obs and next_obs are {"state": (B, D), camera: uint8
+    (B, H, W, 3)}, each frame shifted by up to ``image_shift_pad`` pixels with the replay generator."""
+    sizes = buffer.partition_sizes()
+    offline = sizes["demo"] + sizes["intervention"]
+    mix = None
+    if demo_ratio > 0 and offline:
+        mix = {"online": 1 - demo_ratio, "demo": demo_ratio * sizes["demo"] / offline,
+               "intervention": demo_ratio * sizes["intervention"] / offline}
+    drawn = buffer.sample(batch_size, horizon=horizon, gamma=gamma, mix=mix)
+    action = action_spec.to_normalised(drawn["action"]).reshape(len(drawn["action"]), -1)
+    batch = {"action": torch.from_numpy(action), "reward": torch.from_numpy(drawn["reward"]),
+             "discount": torch.from_numpy(drawn["discount"])}
+    for side in ("obs", "next_obs"):
+        state = torch.from_numpy(drawn[f"{side}.state"])
+        if not cameras:
+            batch[side] = state
+            continue
+        batch[side] = {"state": state}
+        for k in cameras:
+            frames = torch.from_numpy(np.ascontiguousarray(drawn[f"{side}.{k}"]))
+            batch[side][k] = random_shift(frames, buffer.rng, image_shift_pad) if image_shift_pad else frames
+    return batch
+
+
 @torch.no_grad()
 def polyak(target: nn.Module, online: nn.Module, tau: float) -> None:
     """target <- (1 - tau) * target + tau * online, for every parameter in one call."""
@@ -203,31 +232,9 @@ class SAC:
         self._last_actor_metrics: dict[str, float] = {}
 
     def sample_batch(self, buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: int) -> dict[str, torch.Tensor]:
-        """One batch of H-step windows (RLPD: ``demo_ratio`` of it from demo and intervention steps, pooled
-        by size, the rest online; all online while there are none): obs (B, D), action (B, H * A) in
-        [-1, 1], reward (B,) H-step return, discount (B,), next_obs (B, D)."""
-        sizes = buffer.partition_sizes()
-        offline = sizes["demo"] + sizes["intervention"]
-        mix = None
-        if self.cfg.demo_ratio > 0 and offline:
-            r = self.cfg.demo_ratio
-            mix = {"online": 1 - r, "demo": r * sizes["demo"] / offline,
-                   "intervention": r * sizes["intervention"] / offline}
-        drawn = buffer.sample(batch_size, horizon=self.actor.horizon, gamma=self.cfg.gamma, mix=mix)
-        action = action_spec.to_normalised(drawn["action"]).reshape(len(drawn["action"]), -1)
-        batch = {"action": torch.from_numpy(action), "reward": torch.from_numpy(drawn["reward"]),
-                 "discount": torch.from_numpy(drawn["discount"])}
-        for side in ("obs", "next_obs"):
-            state = torch.from_numpy(drawn[f"{side}.state"])
-            if self.actor.encoder is None:
-                batch[side] = state
-                continue
-            batch[side] = {"state": state}
-            for k in self.actor.encoder.keys:  # uint8 (B, H, W, 3), shifted with the replay generator
-                frames = torch.from_numpy(np.ascontiguousarray(drawn[f"{side}.{k}"]))
-                pad = self.cfg.image_shift_pad
-                batch[side][k] = random_shift(frames, buffer.rng, pad) if pad else frames
-        return batch
+        cameras = self.actor.encoder.keys if self.actor.encoder is not None else []
+        return sample_windows(buffer, action_spec, batch_size, self.actor.horizon, self.cfg.gamma, self.cfg.demo_ratio,
+                              cameras, self.cfg.image_shift_pad)
 
     @torch.no_grad()
     def td_target(self, reward: torch.Tensor, discount: torch.Tensor, next_feat: torch.Tensor,

@@ -212,7 +212,8 @@ class FlowChunkPolicy(nn.Module):
     @torch.no_grad()
     def sample(self, state: torch.Tensor, prefix: torch.Tensor | None = None,
                prefix_len: torch.Tensor | None = None, steps: int | None = None) -> torch.Tensor:
-        """A one-stage chunk (B, H, A) in [-1, 1] whose first ``prefix_len`` actions equal ``prefix`` (B, D', A)."""
+        """A one-stage chunk (B, H, A) in [-1, 1] whose first ``prefix_len`` actions equal ``prefix`` (B, D', A).
+        (``chunk_from_noise`` is the same flow from a given noise, with gradients.)"""
         if self.takes_mid_observation:  # the state is both the first and the mid one (k = 0)
             zero = torch.zeros(state.shape[0], dtype=torch.long, device=state.device)
             prefix, prefix_len = self._given_prefix(state, prefix, prefix_len)
@@ -220,6 +221,15 @@ class FlowChunkPolicy(nn.Module):
                                     prefix_len, steps)
         cond = self.condition(state)
         return self._flow(cond, self.mean_chunk(cond), prefix, prefix_len, steps)
+
+    def chunk_from_noise(self, state: torch.Tensor, noise: torch.Tensor, prefix: torch.Tensor | None = None,
+                         prefix_len: torch.Tensor | None = None) -> torch.Tensor:
+        """A one-stage chunk (B, H, A) in [-1, 1] integrated from the given ``noise`` (B, H, A): the flow as a
+        deterministic, differentiable map of its noise (DSRL steers a frozen policy through it)."""
+        if self.takes_mid_observation:
+            raise ValueError("chunk_from_noise: a two-stage flow policy (mid_observation=true) is not supported")
+        cond = self.condition(state)
+        return self._flow(cond, self.mean_chunk(cond), prefix, prefix_len, None, noise)
 
     @torch.no_grad()
     def sample_head(self, features: torch.Tensor, mid: torch.Tensor, offset: torch.Tensor, prefix: torch.Tensor,
@@ -237,14 +247,16 @@ class FlowChunkPolicy(nn.Module):
         return prefix, prefix_len
 
     def _flow(self, cond: torch.Tensor, mu: torch.Tensor, prefix: torch.Tensor | None,
-              prefix_len: torch.Tensor | None, steps: int | None) -> torch.Tensor:
-        """n Euler steps of the flow around ``mu`` (B, H, A), the committed prefix clamped at each."""
+              prefix_len: torch.Tensor | None, steps: int | None, noise: torch.Tensor | None = None) -> torch.Tensor:
+        """n Euler steps of the flow around ``mu`` (B, H, A), the committed prefix clamped at each, from ``noise``
+        (B, H, A) at tau = 0 (drawn from N(0, I) when None; DSRL chooses it). Differentiable in ``noise``."""
         steps = steps or self.config.flow_steps
         prefix, prefix_len = self._given_prefix(cond, prefix, prefix_len)
         prefix = self._pad_prefix(prefix) - mu                     # in residual space
         m = prefix_mask(prefix_len, self.horizon)
         keep = m.unsqueeze(-1)
-        x = keep * torch.randn(mu.shape, device=mu.device) + (1 - keep) * prefix
+        x0 = torch.randn(mu.shape, device=mu.device) if noise is None else noise
+        x = keep * x0 + (1 - keep) * prefix
         for k in range(steps):
             tau = m * (k / steps) + (1 - m)
             x = x + self.velocity(cond, x, tau) / steps

@@ -23,9 +23,11 @@ def register_builtins() -> None:
         ScriptedPersonConfig,
         make_operator,
     )
+    from robolearn.learner.dsrl import DSRL, DSRLConfig
     from robolearn.learner.habc import HABC, HABCConfig
     from robolearn.learner.hiors import HiORS, HiORSConfig
     from robolearn.learner.sac import SAC, SACConfig
+    from robolearn.policies.dsrl import DSRLPolicyConfig, make_dsrl_policy
     from robolearn.policies.flow_chunk import FlowChunkPolicyConfig, make_flow_policy
     from robolearn.policies.lerobot_policy import LerobotPolicyConfig, make_lerobot_policy
     from robolearn.policies.mlp import MLPPolicyConfig, make_policy
@@ -55,9 +57,11 @@ def register_builtins() -> None:
         ("policy", "mlp", MLPPolicyConfig, make_policy),
         ("policy", "flow_chunk", FlowChunkPolicyConfig, make_flow_policy),
         ("policy", "lerobot", LerobotPolicyConfig, make_lerobot_policy),
+        ("policy", "dsrl", DSRLPolicyConfig, make_dsrl_policy),
         ("algo", "sac", SACConfig, SAC),
         ("algo", "habc", HABCConfig, HABC),
         ("algo", "hiors", HiORSConfig, HiORS),
+        ("algo", "dsrl", DSRLConfig, DSRL),
         ("runtime", "local", LocalRuntimeConfig, run_local),
         ("runtime", "ray", RayRuntimeConfig, run_ray),
         ("human", "scripted", ScriptedHumanConfig, ScriptedHuman),

@@ -1,0 +1,165 @@
+"""DSRL: soft actor-critic in the noise space of a frozen flow policy (docs/algorithms.md, "DSRL").
+
+With F the frozen flow policy (``policy=dsrl``'s base: a = F(s, w), its Euler integration from the noise w) and
+pi_W the noise policy (w = b * tanh(u), u ~ N(mu(s), sigma(s))):
+
+    y       = r + discount * (min_{j in subset} Q'_j(s', F(s', w')) - alpha * log pi_W(w'|s')),  w' ~ pi_W(s')
+    L_Q     = sum_i mean_B (Q_i(s, a) - y)^2                     a: the executed chunk (B, H * A) from the buffer
+    L_pi    = mean_B (alpha * log pi_W(w~|s) - mean_i Q_i(s, F(s, w~))),  w~ ~ pi_W(s), the gradient through F
+    L_alpha = -mean_B log_alpha * (log pi_W(w~|s) + target_entropy),  target entropy -|W| / 2
+
+The critic scores executed actions, not noise: transitions need no record of the noise behind them, and
+demonstration and intervention steps (RLPD's ``demo_ratio``) are scored like any other. F's parameters are outside
+every optimiser and get no gradient; only pi_W and the critics learn, so the flow policy's weights stay
+bit-identical. s enters the critic as pi_W's normalised state. The critic ensemble, target, temperature and
+optimiser step are SAC's (``learner.sac``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+import torch
+
+from robolearn.buffer.replay_buffer import ReplayBuffer
+from robolearn.checkpoint import load_checkpoint
+from robolearn.learner.device import module_device
+from robolearn.learner.sac import EnsembleCritic, Temperature, optimiser_step, polyak, sample_windows
+from robolearn.policies.dsrl import DSRLPolicy
+from robolearn.specs import ActionSpec
+
+
+@dataclass
+class DSRLConfig:
+    """``algo=dsrl`` (with ``policy=dsrl``)."""
+
+    LEARNER_DEFAULTS: ClassVar[dict] = {"batch_size": 128, "learning_starts": 500}
+    name: str = "dsrl"
+    num_critics: int = 2
+    critic_subset: int = 2
+    critic_hidden_dims: list[int] = field(default_factory=lambda: [256, 256])
+    gamma: float = 0.97
+    tau: float = 0.005
+    actor_lr: float = 3e-4
+    critic_lr: float = 1e-3
+    temperature_lr: float = 3e-4
+    init_temperature: float = 0.1
+    actor_update_every: int = 1
+    demo_ratio: float = 0.0        # RLPD: share of each batch from demo + intervention steps (when any)
+    grad_clip_norm: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.num_critics < 2 or not 1 <= self.critic_subset <= self.num_critics:
+            raise ValueError(f"algo.num_critics must be >= 2 and 1 <= algo.critic_subset <= num_critics, "
+                             f"got {self.num_critics}/{self.critic_subset}")
+        if not 0 < self.gamma <= 1 or not 0 < self.tau <= 1:
+            raise ValueError(f"algo.gamma and algo.tau must be in (0, 1], got {self.gamma}, {self.tau}")
+        if not 0 <= self.demo_ratio < 1:
+            raise ValueError(f"algo.demo_ratio must be in [0, 1), got {self.demo_ratio}")
+        if self.grad_clip_norm < 0 or self.actor_update_every < 1:
+            raise ValueError("algo.grad_clip_norm must be >= 0 and algo.actor_update_every >= 1")
+
+
+class DSRL:
+    """The noise policy (in ``actor``, beside the frozen base), the critics and their optimisers."""
+
+    def __init__(self, policy: DSRLPolicy, config: DSRLConfig, seed: int = 0) -> None:
+        if not isinstance(policy, DSRLPolicy):
+            raise ValueError(f"algo=dsrl steers a frozen flow policy through its noise (policy=dsrl), got "
+                             f"{type(policy).__name__}")
+        if not policy.config.base_checkpoint:
+            raise ValueError("algo=dsrl needs the frozen flow policy's weights: set policy.base_checkpoint")
+        # the run's own checkpoint, once there is one, holds the same base weights (load_state_dict)
+        try:
+            base = load_checkpoint(Path(policy.config.base_checkpoint))
+        except FileNotFoundError as exc:
+            raise ValueError(f"policy.base_checkpoint: {exc}") from None
+        policy.load_base(base.policy_weights)
+        self.cfg = config
+        self.actor = policy
+        act_dim = policy.horizon * policy.action_dim
+        device = module_device(policy)
+        self.critic = EnsembleCritic(policy.obs_dim, act_dim, config.num_critics, config.critic_hidden_dims).to(device)
+        self.critic_target = EnsembleCritic(policy.obs_dim, act_dim, config.num_critics,
+                                            config.critic_hidden_dims).to(device)
+        self.critic_target.load_state_dict(self.critic.state_dict())
+        self.critic_target.requires_grad_(False)
+        self.target_entropy = -act_dim / 2  # the noise has as many elements as the chunk
+        self.temperature = Temperature(config.init_temperature, self.target_entropy, config.temperature_lr)
+        self._actor_params = list(policy.noise_actor.parameters())  # never the base's
+        self._critic_params = list(self.critic.parameters())
+        self.actor_opt = torch.optim.Adam(self._actor_params, lr=config.actor_lr)
+        self.critic_opt = torch.optim.Adam(self._critic_params, lr=config.critic_lr)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.num_updates = 0
+        self._last_actor_metrics: dict[str, float] = {}
+
+    def sample_batch(self, buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: int) -> dict[str, torch.Tensor]:
+        """SAC's H-step windows on the state: obs (B, S), action (B, H * A), reward (B,), discount (B,), next_obs."""
+        return sample_windows(buffer, action_spec, batch_size, self.actor.horizon, self.cfg.gamma, self.cfg.demo_ratio)
+
+    def policy_actions(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """a = F(s, w), w ~ pi_W(s): the chunk (B, H * A) and log pi_W(w|s) (B,), differentiable in pi_W."""
+        noise, log_prob = self.actor.noise(state)
+        return self.actor.actions(state, noise).flatten(1), log_prob
+
+    @torch.no_grad()
+    def td_target(self, reward: torch.Tensor, discount: torch.Tensor, next_state: torch.Tensor,
+                  alpha: float) -> torch.Tensor:
+        """y (B,) = r + discount * (min over a random subset of Q'(s', F(s', w')) - alpha log pi_W(w'|s'))."""
+        next_action, next_log_prob = self.policy_actions(next_state)
+        target_q = self.critic_target(self.actor.normalise(next_state), next_action)
+        n, k = self.cfg.num_critics, self.cfg.critic_subset
+        if k < n:
+            target_q = target_q[torch.randperm(n, generator=self.generator)[:k]]
+        return reward + discount * (target_q.min(dim=0).values - alpha * next_log_prob)
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        """One critic step (and maybe an actor step): obs (B, S), action (B, H * A) in [-1, 1], reward (B,),
+        discount (B,), next_obs (B, S)."""
+        obs, action, reward, discount, next_obs = (
+            batch["obs"], batch["action"], batch["reward"], batch["discount"], batch["next_obs"])
+        alpha = self.temperature.alpha
+        self.actor.normalise.update(obs)  # pi_W's running statistics; the base's are frozen with it
+
+        feat = self.actor.normalise(obs)
+        y = self.td_target(reward, discount, next_obs, alpha)
+        q = self.critic(feat, action)
+        critic_loss = ((q - y.unsqueeze(0)) ** 2).mean(dim=1).sum()
+        optimiser_step(self.critic_opt, critic_loss, self._critic_params, self.cfg.grad_clip_norm)
+        polyak(self.critic_target, self.critic, self.cfg.tau)
+        self.num_updates += 1
+        metrics = {"critic_loss": critic_loss.item(), "q_mean": q.mean().item()}
+
+        if self.num_updates % self.cfg.actor_update_every == 0:
+            new_action, log_prob = self.policy_actions(obs)
+            q_pi = self.critic(feat, new_action).mean(dim=0)
+            actor_loss = (alpha * log_prob - q_pi).mean()
+            optimiser_step(self.actor_opt, actor_loss, self._actor_params, self.cfg.grad_clip_norm)
+            mean_log_prob = log_prob.mean().item()
+            self.temperature.update(mean_log_prob)
+            self._last_actor_metrics = {"actor_loss": actor_loss.item(), "alpha": self.temperature.alpha,
+                                        "entropy": -mean_log_prob}
+        metrics.update(self._last_actor_metrics)
+        return metrics
+
+    def on_episode(self, episode_return: float, partition: str = "online") -> None:
+        """Nothing to do at an episode end (the ``Algorithm`` contract)."""
+
+    def state_dict(self) -> dict:
+        return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
+                "critic_target": self.critic_target.state_dict(), "temperature": self.temperature.state_dict(),
+                "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
+                "generator": self.generator.get_state(), "num_updates": self.num_updates}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.critic_target.load_state_dict(state["critic_target"])
+        self.temperature.load_state_dict(state["temperature"])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        self.generator.set_state(state["generator"])
+        self.num_updates = int(state["num_updates"])

@@ -1,0 +1,110 @@
+"""A frozen flow-matching chunk policy steered through its noise (DSRL, docs/algorithms.md, "DSRL").
+
+    w ~ pi_W(.|s) = b * tanh(N(mu(s), sigma(s)))     (B, H * A), the noise the flow starts from (b = noise_bound)
+    a = F(s, w)                                       (B, H, A), the frozen policy's Euler integration from w
+
+``base`` is a ``flow_chunk`` policy trained before (behaviour cloning, HABC, Hi-ORS) and never changed here: its
+parameters do not require gradients and no optimiser holds them; ``algo=dsrl`` loads them from
+``policy.base_checkpoint`` and trains only the noise policy pi_W (``noise_actor``, a tanh-Gaussian MLP on the state,
+the same network as ``policy=mlp``). With pi_W's mean at 0 and b large the policy is close to the base's own
+sampling; pi_W learns which noise makes the frozen policy succeed. F is deterministic and differentiable in w, so a
+critic on executed actions Q(s, a) gives the noise policy its gradient through F.
+
+Serving (``predict_chunk``) is the base's: prefix-conditioned, the committed actions clamped at every Euler step,
+with the noise drawn from pi_W (its mean with ``explore=False``) instead of N(0, I).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from robolearn.policies.flow_chunk import FlowChunkPolicy, FlowChunkPolicyConfig
+from robolearn.policies.mlp import GaussianChunkPolicy, MLPPolicyConfig
+from robolearn.specs import ActionSpec, ArraySpec, ObservationSpec
+
+
+@dataclass
+class DSRLPolicyConfig:
+    """``policy=dsrl``: ``base.*`` must be the trained flow policy's settings (its run's config.yaml, policy)."""
+
+    name: str = "dsrl"
+    base: FlowChunkPolicyConfig = field(default_factory=FlowChunkPolicyConfig)
+    base_checkpoint: str = ""      # the flow policy's weights: a robolearn checkpoint (runs/<bc run>/checkpoints/
+                                   # latest.pt); algo=dsrl loads them at the run's first start
+    noise_bound: float = 1.5       # b: the noise policy's output is in [-b, b] per element
+    hidden_dims: list[int] = field(default_factory=lambda: [256, 256])  # the noise policy's MLP
+    log_std_min: float = -5.0
+    log_std_max: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.base.mid_observation:
+            raise ValueError("policy.base.mid_observation must be false: DSRL steers a one-stage flow policy")
+        if self.noise_bound <= 0:
+            raise ValueError(f"policy.noise_bound must be > 0, got {self.noise_bound}")
+        if not self.hidden_dims or any(h < 1 for h in self.hidden_dims):
+            raise ValueError(f"policy.hidden_dims must be positive sizes, got {self.hidden_dims}")
+        if self.log_std_min >= self.log_std_max:
+            raise ValueError("policy.log_std_min must be < policy.log_std_max")
+
+
+class DSRLPolicy(nn.Module):
+    """The frozen ``base`` and the trained ``noise_actor``; ``horizon`` and ``action_dim`` are the base's."""
+
+    def __init__(self, obs_spec: ObservationSpec, action_spec: ActionSpec, config: DSRLPolicyConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.base = FlowChunkPolicy(obs_spec, action_spec, config.base).requires_grad_(False)
+        self.horizon, self.action_dim, self.obs_dim = self.base.horizon, self.base.action_dim, self.base.obs_dim
+        noise_dim = self.horizon * self.action_dim
+        noise_spec = ActionSpec(ArraySpec((noise_dim,), low=(-1.0,) * noise_dim, high=(1.0,) * noise_dim))
+        self.noise_actor = GaussianChunkPolicy(obs_spec, noise_spec, MLPPolicyConfig(
+            hidden_dims=config.hidden_dims, log_std_min=config.log_std_min, log_std_max=config.log_std_max,
+            use_cameras=False))
+
+    @property
+    def normalise(self) -> nn.Module:
+        """pi_W's state normaliser, whose running statistics the learner updates (the base's are frozen with it)."""
+        return self.noise_actor.normalise
+
+    def load_base(self, weights: dict[str, torch.Tensor]) -> None:
+        """The trained flow policy's state dict; ValueError naming the mismatch when ``policy.base`` differs."""
+        try:
+            self.base.load_state_dict(weights)
+        except RuntimeError as exc:
+            raise ValueError(f"policy.base does not describe the flow policy of policy.base_checkpoint: "
+                             f"{str(exc).splitlines()[-1].strip()} (set policy.base.* to that run's policy settings, "
+                             "its config.yaml's policy section)") from None
+
+    def noise(self, state: torch.Tensor, explore: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """w (B, H, A) in [-b, b] and log pi_W(w|s) (B,) (exploring: a reparameterised sample; else the mean)."""
+        feat = self.noise_actor.features(state)
+        if explore:
+            u, log_prob = self.noise_actor.sample_features(feat)
+        else:
+            u, log_prob = torch.tanh(self.noise_actor.head(feat)[0]), state.new_zeros(state.shape[0])
+        b = self.config.noise_bound  # w = b * u: log pi_W(w) = log pi(u) - dim * log b (a constant)
+        return b * u.view(-1, self.horizon, self.action_dim), log_prob - u.shape[-1] * float(np.log(b))
+
+    def actions(self, state: torch.Tensor, noise: torch.Tensor, prefix: torch.Tensor | None = None,
+                prefix_len: torch.Tensor | None = None) -> torch.Tensor:
+        """a = F(s, w): the base's chunk (B, H, A) from ``noise``, differentiable in it."""
+        return self.base.chunk_from_noise(state, noise, prefix, prefix_len)
+
+    def predict_chunk(self, observations: dict[str, np.ndarray], prefix: np.ndarray, prefix_len: np.ndarray,
+                      explore: bool = False) -> np.ndarray:
+        """The serving interface: {"state": (B, S)}, prefix (B, D', A), prefix_len (B,) -> chunks (B, H, A) in
+        [-1, 1], as float32 numpy."""
+        with torch.no_grad():
+            state = torch.as_tensor(observations["state"], dtype=torch.float32)
+            w, _ = self.noise(state, explore)
+            out = self.actions(state, w, torch.as_tensor(prefix, dtype=torch.float32),
+                               torch.as_tensor(prefix_len, dtype=torch.long))
+        return out.numpy().astype(np.float32)
+
+
+def make_dsrl_policy(obs_spec: ObservationSpec, action_spec: ActionSpec, config: DSRLPolicyConfig) -> DSRLPolicy:
+    return DSRLPolicy(obs_spec, action_spec, config)

@@ -1,0 +1,128 @@
+"""DSRL: the frozen flow policy's weights stay bit-identical while the noise policy and critics learn, the noise
+policy's gradient comes through the flow, serving keeps the committed prefix, and a wrong set-up is named."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from robolearn.checkpoint import Checkpoint, save_checkpoint
+from robolearn.learner.dsrl import DSRL, DSRLConfig
+from robolearn.policies.dsrl import DSRLPolicy, DSRLPolicyConfig
+from robolearn.policies.flow_chunk import FlowChunkPolicy, FlowChunkPolicyConfig
+from robolearn.policies.mlp import GaussianChunkPolicy, MLPPolicyConfig
+from robolearn.specs import ActionSpec, ArraySpec, ObservationSpec
+
+# the last state element is unbounded: normalised by running statistics, which the learner updates (pi_W's only)
+OBS = ObservationSpec({"state": ArraySpec((6,), low=(-1.0,) * 5 + (-np.inf,), high=(1.0,) * 5 + (np.inf,))})
+ACT = ActionSpec(ArraySpec((3,), low=(-1.0,) * 3, high=(1.0,) * 3))
+BASE = FlowChunkPolicyConfig(chunk_horizon=4, max_prefix=2, hidden_dims=[32, 32], flow_steps=4)
+
+
+def _base_checkpoint(tmp_path, config: FlowChunkPolicyConfig = BASE) -> str:
+    torch.manual_seed(1)
+    base = FlowChunkPolicy(OBS, ACT, config)
+    path = tmp_path / "bc" / "checkpoints" / "latest.pt"
+    save_checkpoint(path, Checkpoint({"actor": base.state_dict()}, 1, 0, {}, torch.get_rng_state()))
+    return str(path)
+
+
+def _dsrl(tmp_path) -> tuple[DSRLPolicy, DSRL]:
+    policy = DSRLPolicy(OBS, ACT, DSRLPolicyConfig(base=BASE, base_checkpoint=_base_checkpoint(tmp_path),
+                                                   hidden_dims=[32, 32]))
+    return policy, DSRL(policy, DSRLConfig(critic_hidden_dims=[32, 32]))
+
+
+def _batch(b: int = 32) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return {"obs": torch.rand(b, 6, generator=g) * 2 - 1, "next_obs": torch.rand(b, 6, generator=g) * 2 - 1,
+            "action": torch.rand(b, 12, generator=g) * 2 - 1, "reward": torch.rand(b, generator=g),
+            "discount": torch.full((b,), 0.9)}
+
+
+def test_the_flow_policy_stays_bit_identical_while_the_noise_policy_and_critics_learn(tmp_path):
+    policy, algo = _dsrl(tmp_path)
+    saved = torch.load(_base_checkpoint(tmp_path), weights_only=True)["algo"]["actor"]
+    assert all(torch.equal(v, saved[k]) for k, v in policy.base.state_dict().items())  # loaded from the checkpoint
+    noise_before = {k: v.clone() for k, v in policy.noise_actor.state_dict().items()}
+    critic_before = {k: v.clone() for k, v in algo.critic.state_dict().items()}
+    for _ in range(5):
+        metrics = algo.update(_batch())
+    assert all(np.isfinite(v) for v in metrics.values())
+    assert all(torch.equal(v, saved[k]) for k, v in policy.base.state_dict().items())  # parameters and statistics
+    assert any(not torch.equal(v, noise_before[k]) for k, v in policy.noise_actor.state_dict().items())
+    assert any(not torch.equal(v, critic_before[k]) for k, v in algo.critic.state_dict().items())
+
+
+def test_the_noise_policy_learns_through_the_flow(tmp_path):
+    policy, algo = _dsrl(tmp_path)
+    state = _batch()["obs"]
+    w = torch.zeros(32, 4, 3, requires_grad=True)
+    a = policy.actions(state, w)
+    (grad,) = torch.autograd.grad(algo.critic(policy.normalise(state), a.flatten(1)).mean(), w)
+    assert grad.abs().sum() > 0  # the critic's value moves with the noise, through the frozen flow
+    assert not torch.allclose(policy.actions(state, torch.ones(32, 4, 3)), policy.actions(state, -torch.ones(32, 4, 3)))
+    # the same noise is the same chunk: the flow is deterministic given it
+    assert torch.equal(policy.actions(state, torch.ones(32, 4, 3)), policy.actions(state, torch.ones(32, 4, 3)))
+
+
+def test_serving_keeps_the_committed_prefix_and_stays_in_bounds(tmp_path):
+    policy, _ = _dsrl(tmp_path)
+    state = np.random.default_rng(0).uniform(-1, 1, (2, 6)).astype(np.float32)
+    prefix = np.full((2, 2, 3), 0.25, np.float32)
+    for explore in (False, True):
+        chunks = policy.predict_chunk({"state": state}, prefix, np.array([2, 0]), explore=explore)
+        assert chunks.shape == (2, 4, 3) and np.abs(chunks).max() <= 1.0
+        np.testing.assert_allclose(chunks[0, :2], prefix[0])  # row 0's first two actions are committed
+
+
+def test_a_wrong_set_up_is_named(tmp_path):
+    mlp = GaussianChunkPolicy(OBS, ACT, MLPPolicyConfig(hidden_dims=[8]))
+    with pytest.raises(ValueError, match="policy=dsrl"):
+        DSRL(mlp, DSRLConfig())
+    with pytest.raises(ValueError, match="set policy.base_checkpoint"):
+        DSRL(DSRLPolicy(OBS, ACT, DSRLPolicyConfig(base=BASE)), DSRLConfig())
+    missing = DSRLPolicy(OBS, ACT, DSRLPolicyConfig(base=BASE, base_checkpoint=str(tmp_path / "none.pt")))
+    with pytest.raises(ValueError, match="policy.base_checkpoint: .* no checkpoint"):
+        DSRL(missing, DSRLConfig())
+    other = FlowChunkPolicyConfig(chunk_horizon=4, max_prefix=2, hidden_dims=[16], flow_steps=4)
+    wrong = DSRLPolicy(OBS, ACT, DSRLPolicyConfig(base=BASE, base_checkpoint=_base_checkpoint(tmp_path, other)))
+    with pytest.raises(ValueError, match="policy.base does not describe the flow policy"):
+        DSRL(wrong, DSRLConfig())
+    with pytest.raises(ValueError, match="one-stage"):
+        DSRLPolicyConfig(base=FlowChunkPolicyConfig(mid_observation=True))
+
+
+def test_a_dsrl_learner_on_reach_resumes_exactly_and_never_changes_the_flow_policy(tmp_path):
+    from robolearn.builders import build_policy, task_specs
+    from robolearn.config import validate
+    from robolearn.learner.loop import Learner
+    from robolearn.rundir import RunDir
+    from tests.test_cli_config import _cfg
+    from tests.test_exact_resume import fill, params
+
+    base = {"hidden_dims": "[32,32]", "chunk_horizon": "4", "max_prefix": "2", "flow_steps": "4"}
+    bc = validate(_cfg(task="reach", policy="flow_chunk", algo="habc", **{f"policy.{k}": v for k, v in base.items()}))
+    flow = build_policy(bc, *task_specs(bc))  # stands in for a trained one: DSRL treats any as frozen
+    path = tmp_path / "bc" / "checkpoints" / "latest.pt"
+    save_checkpoint(path, Checkpoint({"actor": flow.state_dict()}, 1, 0, {}, torch.get_rng_state()))
+    cfg = validate(_cfg(task="reach", policy="dsrl", algo="dsrl", run_name="dsrl", **{
+        **{f"policy.base.{k}": v for k, v in base.items()}, "policy.base_checkpoint": str(path),
+        "policy.hidden_dims": "[32,32]", "algo.critic_hidden_dims": "[32,32]", "learner.batch_size": "32"}))
+    run = RunDir(tmp_path / "run")
+    a = Learner(run, cfg, stop=None)
+    fill(a)
+    for _ in range(4):
+        a.update_once()
+    a.checkpoint()
+    metrics_a, after_a = a.update_once(), params(a)
+    a.buffer.close()
+    b = Learner(run, cfg, stop=None)
+    assert b.resumed_from["updates"] == 4
+    assert b.update_once() == metrics_a
+    after_b = params(b)
+    b.buffer.close()
+    assert all(torch.equal(after_a[k], after_b[k]) for k in after_a)
+    frozen = flow.state_dict()
+    assert all(torch.equal(after_b[f"base.{k}"], v) for k, v in frozen.items())  # the flow policy, bit for bit
