@@ -126,3 +126,38 @@ def test_a_dsrl_learner_on_reach_resumes_exactly_and_never_changes_the_flow_poli
     assert all(torch.equal(after_a[k], after_b[k]) for k in after_a)
     frozen = flow.state_dict()
     assert all(torch.equal(after_b[f"base.{k}"], v) for k, v in frozen.items())  # the flow policy, bit for bit
+
+
+@pytest.mark.e2e
+@pytest.mark.slow  # about a minute: a BC flow policy on reach's expert, then robolearn run with DSRL on it
+def test_robolearn_run_steers_a_bc_flow_policy_and_leaves_it_unchanged(tmp_path):
+    import json
+
+    from robolearn.builders import build_policy, build_task, task_specs
+    from robolearn.config import validate
+    from robolearn.learner.bc import expert_demos, train_bc
+    from tests.helpers import fast_run_overrides, robolearn
+    from tests.test_cli_config import _cfg
+
+    base = {"hidden_dims": "[64,64]", "chunk_horizon": "4", "max_prefix": "2", "flow_steps": "4"}
+    bc = validate(_cfg(task="reach", policy="flow_chunk", algo="habc", **{f"policy.{k}": v for k, v in base.items()}))
+    flow = build_policy(bc, *task_specs(bc))
+    env = build_task(bc)
+    train_bc(flow, expert_demos(env, 20, flow.horizon), steps=300, batch_size=128)
+    env.close()
+    path = tmp_path / "runs" / "bc" / "checkpoints" / "latest.pt"
+    save_checkpoint(path, Checkpoint({"actor": flow.state_dict()}, 1, 0, {}, torch.get_rng_state()))
+
+    overrides = [o for o in fast_run_overrides("dsrl", 0.5) if not o.startswith("policy.hidden_dims")]
+    r = robolearn(["run", *overrides, "policy=dsrl", "algo=dsrl", f"policy.base_checkpoint={path}",
+                   "policy.hidden_dims=[32,32]", *[f"policy.base.{k}={v}" for k, v in base.items()]],
+                  cwd=tmp_path, timeout=240)
+    run = tmp_path / "runs" / "dsrl"
+    logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted((run / "logs").glob("*.log")))
+    assert r.returncode == 0, r.stdout + r.stderr + logs
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["ok"] and summary["updates"] > 0 and summary["actors"][0]["versions_received"] >= 2, summary
+    learned = torch.load(run / "checkpoints" / "latest.pt", weights_only=True)["algo"]["actor"]
+    assert all(torch.equal(learned[f"base.{k}"], v) for k, v in flow.state_dict().items())  # bit for bit
+    ev = robolearn(["eval", f"run_dir={run}", "episodes=3"], cwd=tmp_path, timeout=120)
+    assert ev.returncode == 0 and "over 3 episodes" in ev.stdout, ev.stdout + ev.stderr
