@@ -26,7 +26,14 @@ import torch
 from robolearn.buffer.replay_buffer import ReplayBuffer
 from robolearn.checkpoint import load_checkpoint
 from robolearn.learner.device import module_device
-from robolearn.learner.sac import EnsembleCritic, Temperature, optimiser_step, polyak, sample_windows
+from robolearn.learner.sac import (
+    EnsembleCritic,
+    Temperature,
+    actor_step,
+    optimiser_step,
+    polyak,
+    sample_windows,
+)
 from robolearn.policies.dsrl import DSRLPolicy
 from robolearn.specs import ActionSpec
 
@@ -134,14 +141,9 @@ class DSRL:
         metrics = {"critic_loss": critic_loss.item(), "q_mean": q.mean().item()}
 
         if self.num_updates % self.cfg.actor_update_every == 0:
-            new_action, log_prob = self.policy_actions(obs)
-            q_pi = self.critic(feat, new_action).mean(dim=0)
-            actor_loss = (alpha * log_prob - q_pi).mean()
-            optimiser_step(self.actor_opt, actor_loss, self._actor_params, self.cfg.grad_clip_norm)
-            mean_log_prob = log_prob.mean().item()
-            self.temperature.update(mean_log_prob)
-            self._last_actor_metrics = {"actor_loss": actor_loss.item(), "alpha": self.temperature.alpha,
-                                        "entropy": -mean_log_prob}
+            new_action, log_prob = self.policy_actions(obs)  # the gradient reaches pi_W through F
+            self._last_actor_metrics = actor_step(self.actor_opt, self._actor_params, self.critic, self.temperature,
+                                                  feat, new_action, log_prob, alpha, self.cfg.grad_clip_norm)
         metrics.update(self._last_actor_metrics)
         return metrics
 

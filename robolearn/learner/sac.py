@@ -189,6 +189,20 @@ def sample_windows(buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: in
     return batch
 
 
+def actor_step(optimizer: torch.optim.Optimizer, params: list[torch.Tensor], critic: EnsembleCritic,
+               temperature: Temperature, feat: torch.Tensor, action: torch.Tensor, log_prob: torch.Tensor,
+               alpha: float, clip_norm: float = 0.0) -> dict[str, float]:
+    """L_pi = mean_B (alpha * log pi - mean_i Q_i(s, a~)) on ``params`` (the critic only passes gradients through),
+    then the temperature's step on the same log-probabilities; the actor's metrics. ``action`` (B, H * A) is the
+    policy's reparameterised sample for ``feat`` (B, F), ``log_prob`` (B,) its log-probability."""
+    q_pi = critic(feat, action).mean(dim=0)
+    actor_loss = (alpha * log_prob - q_pi).mean()
+    optimiser_step(optimizer, actor_loss, params, clip_norm)
+    mean_log_prob = log_prob.mean().item()
+    temperature.update(mean_log_prob)
+    return {"actor_loss": actor_loss.item(), "alpha": temperature.alpha, "entropy": -mean_log_prob}
+
+
 @torch.no_grad()
 def polyak(target: nn.Module, online: nn.Module, tau: float) -> None:
     """target <- (1 - tau) * target + tau * online, for every parameter in one call."""
@@ -293,15 +307,8 @@ class SAC:
         if self.num_updates % self.cfg.actor_update_every == 0:
             feat = feat.detach()  # stop-gradient: the actor loss does not move the encoder
             new_action, log_prob = self.actor.sample_features(feat)
-            q_pi = self.critic(feat, new_action).mean(dim=0)
-            actor_loss = (alpha * log_prob - q_pi).mean()
-            # the critic only passes gradients through
-            optimiser_step(self.actor_opt, actor_loss, self._actor_params, self.cfg.grad_clip_norm)
-
-            mean_log_prob = log_prob.mean().item()
-            self.temperature.update(mean_log_prob)
-            self._last_actor_metrics = {"actor_loss": actor_loss.item(), "alpha": self.temperature.alpha,
-                                        "entropy": -mean_log_prob}
+            self._last_actor_metrics = actor_step(self.actor_opt, self._actor_params, self.critic, self.temperature,
+                                                  feat, new_action, log_prob, alpha, self.cfg.grad_clip_norm)
         metrics.update(self._last_actor_metrics)
         return metrics
 
