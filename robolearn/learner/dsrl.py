@@ -27,12 +27,12 @@ from robolearn.buffer.replay_buffer import ReplayBuffer
 from robolearn.checkpoint import load_checkpoint
 from robolearn.learner.device import module_device
 from robolearn.learner.sac import (
-    EnsembleCritic,
     Temperature,
     actor_step,
-    optimiser_step,
-    polyak,
+    critic_and_target,
+    critic_step,
     sample_windows,
+    subset_min,
 )
 from robolearn.policies.dsrl import DSRLPolicy
 from robolearn.specs import ActionSpec
@@ -88,11 +88,8 @@ class DSRL:
         self.actor = policy
         act_dim = policy.horizon * policy.action_dim
         device = module_device(policy)
-        self.critic = EnsembleCritic(policy.obs_dim, act_dim, config.num_critics, config.critic_hidden_dims).to(device)
-        self.critic_target = EnsembleCritic(policy.obs_dim, act_dim, config.num_critics,
-                                            config.critic_hidden_dims).to(device)
-        self.critic_target.load_state_dict(self.critic.state_dict())
-        self.critic_target.requires_grad_(False)
+        self.critic, self.critic_target = critic_and_target(policy.obs_dim, act_dim, config.num_critics,
+                                                            config.critic_hidden_dims, device)
         self.target_entropy = -act_dim / 2  # the noise has as many elements as the chunk
         self.temperature = Temperature(config.init_temperature, self.target_entropy, config.temperature_lr)
         self._actor_params = list(policy.noise_actor.parameters())  # never the base's
@@ -117,11 +114,9 @@ class DSRL:
                   alpha: float) -> torch.Tensor:
         """y (B,) = r + discount * (min over a random subset of Q'(s', F(s', w')) - alpha log pi_W(w'|s'))."""
         next_action, next_log_prob = self.policy_actions(next_state)
-        target_q = self.critic_target(self.actor.normalise(next_state), next_action)
-        n, k = self.cfg.num_critics, self.cfg.critic_subset
-        if k < n:
-            target_q = target_q[torch.randperm(n, generator=self.generator)[:k]]
-        return reward + discount * (target_q.min(dim=0).values - alpha * next_log_prob)
+        target_q = subset_min(self.critic_target(self.actor.normalise(next_state), next_action), self.cfg.critic_subset,
+                              self.generator)
+        return reward + discount * (target_q - alpha * next_log_prob)
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """One critic step (and maybe an actor step): obs (B, S), action (B, H * A) in [-1, 1], reward (B,),
@@ -133,12 +128,9 @@ class DSRL:
 
         feat = self.actor.normalise(obs)
         y = self.td_target(reward, discount, next_obs, alpha)
-        q = self.critic(feat, action)
-        critic_loss = ((q - y.unsqueeze(0)) ** 2).mean(dim=1).sum()
-        optimiser_step(self.critic_opt, critic_loss, self._critic_params, self.cfg.grad_clip_norm)
-        polyak(self.critic_target, self.critic, self.cfg.tau)
+        metrics = critic_step(self.critic_opt, self._critic_params, self.critic, self.critic_target, feat, action, y,
+                              self.cfg.tau, self.cfg.grad_clip_norm)
         self.num_updates += 1
-        metrics = {"critic_loss": critic_loss.item(), "q_mean": q.mean().item()}
 
         if self.num_updates % self.cfg.actor_update_every == 0:
             new_action, log_prob = self.policy_actions(obs)  # the gradient reaches pi_W through F

@@ -189,6 +189,35 @@ def sample_windows(buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: in
     return batch
 
 
+def critic_and_target(feature_dim: int, action_dim: int, n: int, hidden: list[int],
+                      device: torch.device) -> tuple[EnsembleCritic, EnsembleCritic]:
+    """The critic ensemble and its target (the same weights, no gradients), on ``device``."""
+    critic = EnsembleCritic(feature_dim, action_dim, n, hidden).to(device)
+    target = EnsembleCritic(feature_dim, action_dim, n, hidden).to(device)
+    target.load_state_dict(critic.state_dict())
+    return critic, target.requires_grad_(False)
+
+
+def subset_min(target_q: torch.Tensor, subset: int, generator: torch.Generator) -> torch.Tensor:
+    """min over a random subset of ``subset`` of the N target critics' values (N, B) -> (B,)."""
+    n = target_q.shape[0]
+    if subset < n:  # a subset of all n is all of them: no draw
+        target_q = target_q[torch.randperm(n, generator=generator)[:subset]]
+    return target_q.min(dim=0).values
+
+
+def critic_step(optimizer: torch.optim.Optimizer, params: list[torch.Tensor], critic: EnsembleCritic,
+                target: EnsembleCritic, feat: torch.Tensor, action: torch.Tensor, y: torch.Tensor, tau: float,
+                clip_norm: float = 0.0) -> dict[str, float]:
+    """L_Q = sum_i mean_B (Q_i(s, a) - y)^2 on ``params``, then the target's Polyak step; the critic's metrics.
+    ``feat`` (B, F), ``action`` (B, H * A), ``y`` (B,)."""
+    q = critic(feat, action)
+    critic_loss = ((q - y.unsqueeze(0)) ** 2).mean(dim=1).sum()
+    optimiser_step(optimizer, critic_loss, params, clip_norm)
+    polyak(target, critic, tau)
+    return {"critic_loss": critic_loss.item(), "q_mean": q.mean().item()}
+
+
 def actor_step(optimizer: torch.optim.Optimizer, params: list[torch.Tensor], critic: EnsembleCritic,
                temperature: Temperature, feat: torch.Tensor, action: torch.Tensor, log_prob: torch.Tensor,
                alpha: float, clip_norm: float = 0.0) -> dict[str, float]:
@@ -222,12 +251,8 @@ class SAC:
         # of each update), its state encoder if it has one and, with cameras, its image encoder; the critic loss
         # trains the encoders (the actor sees the features with stop-gradient)
         device = module_device(policy)  # the learner put the policy on learner.device
-        self.critic = EnsembleCritic(policy.feature_dim, act_dim, config.num_critics,
-                                     config.critic_hidden_dims).to(device)
-        self.critic_target = EnsembleCritic(policy.feature_dim, act_dim, config.num_critics,
-                                            config.critic_hidden_dims).to(device)
-        self.critic_target.load_state_dict(self.critic.state_dict())
-        self.critic_target.requires_grad_(False)
+        self.critic, self.critic_target = critic_and_target(policy.feature_dim, act_dim, config.num_critics,
+                                                            config.critic_hidden_dims, device)
         self.target_entropy = -act_dim / 2
         self.temperature = Temperature(config.init_temperature, self.target_entropy, config.temperature_lr)
         encoder = [p for m in policy.shared_encoders() for p in m.parameters()]
@@ -256,11 +281,8 @@ class SAC:
         """y = r + discount * (min over a random subset of target critics Q'(s', a') - alpha log pi(a'|s')), (B,).
         ``next_feat``: the policy's features of s' (B, F)."""
         next_action, next_log_prob = self.actor.sample_features(next_feat)
-        target_q = self.critic_target(next_feat, next_action)
-        n, k = self.cfg.num_critics, self.cfg.critic_subset
-        if k < n:  # a subset of all n is all of them: no draw
-            target_q = target_q[torch.randperm(n, generator=self.generator)[:k]]
-        return reward + discount * (target_q.min(dim=0).values - alpha * next_log_prob)
+        target_q = subset_min(self.critic_target(next_feat, next_action), self.cfg.critic_subset, self.generator)
+        return reward + discount * (target_q - alpha * next_log_prob)
 
     def gripper_update(self, feat: torch.Tensor, next_feat: torch.Tensor, gripper: torch.Tensor,
                        reward: torch.Tensor, discount: torch.Tensor) -> float:
@@ -293,13 +315,9 @@ class SAC:
         if self.actor.gripper_q is not None:  # the last action dim is the discrete gripper command
             gripper_loss = self.gripper_update(feat.detach(), next_feat, action[:, -1], reward, discount)
             action = action[:, :-1]
-        q = self.critic(feat, action)
-        critic_loss = ((q - y.unsqueeze(0)) ** 2).mean(dim=1).sum()
-        optimiser_step(self.critic_opt, critic_loss, self._critic_params, self.cfg.grad_clip_norm)
-        polyak(self.critic_target, self.critic, self.cfg.tau)
-
+        metrics = critic_step(self.critic_opt, self._critic_params, self.critic, self.critic_target, feat, action, y,
+                              self.cfg.tau, self.cfg.grad_clip_norm)
         self.num_updates += 1
-        metrics = {"critic_loss": critic_loss.item(), "q_mean": q.mean().item()}
         if gripper_loss is not None:
             metrics["gripper_loss"] = gripper_loss
 

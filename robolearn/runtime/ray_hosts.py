@@ -52,15 +52,16 @@ class ProcessHost:
             self.run = RunDir(Path(run_root))
         import ray
 
-        if not ray.get_gpu_ids():  # Ray leaves CUDA_VISIBLE_DEVICES as it is for an actor given no GPU: the process
-            os.environ["CUDA_VISIBLE_DEVICES"] = ""  # sees only the GPUs Ray gave it (learner.device=auto: the CPU)
+        self.gpus = [str(g) for g in ray.get_gpu_ids()]  # what Ray gave it (the learner: one, when it asks)
+        if not self.gpus:  # Ray leaves CUDA_VISIBLE_DEVICES as it is for an actor given no GPU: the process sees
+            os.environ["CUDA_VISIBLE_DEVICES"] = ""  # only the GPUs Ray gave it (learner.device=auto: the CPU)
         self.proc = WorkerProcess(name, self.run, die_with_parent=True, cwd=None if self.remote else driver_cwd)
 
     def where(self) -> dict:
         import ray
 
         return {"node_id": ray.get_runtime_context().get_node_id(), "ip": node_ip(), "remote": self.remote,
-                "pid": self.proc.pid, "gpus": [str(g) for g in ray.get_gpu_ids()]}  # Ray's GPUs for it (the learner)
+                "pid": self.proc.pid, "gpus": self.gpus}
 
     def wait(self) -> int:
         return self.proc.popen.wait()
