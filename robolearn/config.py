@@ -277,10 +277,13 @@ def check_buildable(cfg: RunConfig) -> None:
         policy = build_policy(cfg, obs_spec, action_spec)
     except (ValueError, NotImplementedError) as exc:
         raise ConfigError(f"config error at 'policy={cfg.policy.name}' for task={cfg.task.name}: {exc}") from None
-    unused = [k for k in image_keys(obs_spec) if getattr(policy, "encoder", None) is None]
+    reads = getattr(policy, "observation_keys", None)
+    if reads is None:  # the state policies: the state, and the cameras when they have an image encoder
+        reads = ["state", *(image_keys(obs_spec) if getattr(policy, "encoder", None) is not None else [])]
+    unused = [k for k in obs_spec.arrays if k not in reads]
     if unused:  # said, not silent: the policy acts without them
         print(f"warning: policy={cfg.policy.name} does not use the observation keys {unused} of "
-              f"task={cfg.task.name} (it reads 'state' only)", file=sys.stderr)
+              f"task={cfg.task.name} (it reads {list(reads)})", file=sys.stderr)
     if cfg.actor.realtime and cfg.actor.async_inference and getattr(policy, "horizon", 1) < 2:
         raise ConfigError("config error at 'actor.async_inference': the loop never waits for the policy, so a chunk "
                           "is used one tick after it is asked for at the earliest, and a policy of one action per "

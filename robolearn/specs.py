@@ -59,6 +59,38 @@ class ArraySpec:
             raise SpecError(f"'{key}': dtype {value.dtype} does not match spec {self.dtype}")
 
 
+TEXT_UNIT = "utf-8"  # a uint8 (N,) observation with this unit is a sentence: its UTF-8 bytes, zero-padded
+
+
+def text_spec(size: int) -> ArraySpec:
+    """The spec of a text observation (an instruction) of at most ``size`` UTF-8 bytes."""
+    return ArraySpec((size,), dtype="uint8", unit=TEXT_UNIT)
+
+
+def is_text(spec: ArraySpec) -> bool:
+    return spec.unit == TEXT_UNIT and spec.dtype == "uint8" and len(spec.shape) == 1
+
+
+def encode_text(text: str, size: int) -> np.ndarray:
+    """``text`` -> its UTF-8 bytes as uint8 (size,), zero-padded; a sentence that does not fit is an error (a cut
+    instruction would silently mean something else)."""
+    raw = text.encode("utf-8")
+    if len(raw) > size or b"\0" in raw:
+        raise SpecError(f"text {text!r} is {len(raw)} UTF-8 bytes (or holds a NUL); a text observation holds {size}")
+    out = np.zeros(size, np.uint8)
+    out[:len(raw)] = np.frombuffer(raw, np.uint8)
+    return out
+
+
+def decode_text(array: np.ndarray) -> str:
+    """uint8 (N,) -> the sentence (the bytes before the first zero). Undecodable bytes are an error."""
+    raw = bytes(np.asarray(array, np.uint8).tobytes()).split(b"\0", 1)[0]
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"a text observation is not UTF-8: {exc}") from None
+
+
 @dataclass(frozen=True)
 class ObservationSpec:
     """A dict of named arrays, e.g. ``{"state": ArraySpec((15,), unit="deg|deg/s|m")}``."""

@@ -63,17 +63,17 @@ def test_behaviour_cloning_fits_expert_demos():
     assert cos > 0.5
 
 
-def test_past_states_hold_the_first_state_before_the_episode_start():
-    from robolearn.learner.bc import past_states
-    f = past_states(np.arange(4, dtype=np.float32)[:, None], max_offset=2)
-    assert f[:, :, 0].tolist() == [[0, 0, 0], [1, 0, 0], [2, 1, 0], [3, 2, 1]]
+def test_past_rows_hold_the_first_tick_before_the_episode_start():
+    from robolearn.learner.bc import past_rows
+    assert past_rows(4, max_offset=2).tolist() == [[0, 0, 0], [1, 0, 0], [2, 1, 0], [3, 2, 1]]
+    assert past_rows(2, max_offset=2, start=10).tolist() == [[10, 10, 10], [11, 10, 10]]
 
 
 def test_mid_observation_chunk_starts_at_the_mid_state_and_keeps_the_remaining_prefix():
     env = ReachEnv()
     policy = tiny_policy(env, mid_observation=True)
     state, actions = torch.rand(4, 18), torch.rand(4, 6, 6) * 2 - 1
-    with pytest.raises(ValueError, match="past states"):
+    with pytest.raises(ValueError, match="past observations"):
         policy.loss(state, actions)
     assert policy.loss(state, actions, past=torch.rand(4, 4, 18)).shape == (4,)
     first, mid = np.random.rand(2, 18).astype(np.float32), np.random.rand(2, 18).astype(np.float32)

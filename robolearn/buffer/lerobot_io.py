@@ -5,6 +5,9 @@ Feature names follow lerobot: ``observation.state`` <-> obs ``state``, ``observa
 other ``observation.<key>`` <-> obs ``<key>``, ``action``, ``next.reward``, ``next.done``,
 ``next.success`` and ``complementary_info.is_intervention`` (lerobot's HIL-SERL naming).
 
+A text observation (an instruction, ``robolearn.specs.is_text``) is not a feature: it is the frame's lerobot
+``task`` string, the way lerobot's language-conditioned policies read it; on import it is filled from ``task``.
+
 Imported episodes go to the ``demo`` partition (never evicted). A dataset has no observation after
 an episode's last frame, so an imported episode's final observation repeats its last one; with
 ``next.done`` the last step is terminal and that observation is never bootstrapped from.
@@ -18,7 +21,7 @@ import numpy as np
 
 from robolearn.buffer.images import is_image
 from robolearn.buffer.replay_buffer import ReplayBuffer
-from robolearn.specs import ActionSpec, ArraySpec, ObservationSpec, SpecError
+from robolearn.specs import ActionSpec, ArraySpec, ObservationSpec, SpecError, decode_text, encode_text, is_text
 from robolearn.transition import OBS_PREFIX, ActionSource, TransitionWriter
 
 
@@ -42,6 +45,8 @@ def lerobot_features(obs_spec: ObservationSpec, action_spec: ActionSpec) -> dict
     """The LeRobotDataset features of transitions with these specs."""
     feats = {}
     for key, spec in obs_spec.arrays.items():
+        if is_text(spec):  # the frame's task string
+            continue
         if is_image(spec):
             feats[feature_name(key, spec)] = {"dtype": "image", "shape": tuple(spec.shape),
                                               "names": ["height", "width", "channel"]}
@@ -59,11 +64,17 @@ def lerobot_features(obs_spec: ObservationSpec, action_spec: ActionSpec) -> dict
 def lerobot_frame(obs_spec: ObservationSpec, obs: dict[str, np.ndarray], action: np.ndarray, reward: float,
                   done: bool, success: bool, intervention: bool, task: str) -> dict:
     """One ``LeRobotDataset.add_frame`` dict for a step."""
-    frame = {feature_name(k, s): obs[k] for k, s in obs_spec.arrays.items()}
+    frame = {feature_name(k, s): obs[k] for k, s in obs_spec.arrays.items() if not is_text(s)}
     frame.update({"action": np.asarray(action, np.float32), "next.reward": np.array([reward], np.float32),
                   "next.done": np.array([done]), "next.success": np.array([success]),
                   "complementary_info.is_intervention": np.array([intervention]), "task": task})
     return frame
+
+
+def frame_task(obs_spec: ObservationSpec, obs: dict[str, np.ndarray], default: str) -> str:
+    """A frame's lerobot ``task``: its text observation (the instruction) when it has one, else ``default``."""
+    texts = [k for k, spec in obs_spec.arrays.items() if is_text(spec)]
+    return decode_text(obs[texts[0]]) if texts else default
 
 
 def save_episode(ds) -> None:
@@ -119,7 +130,7 @@ def export_lerobot(buffer: ReplayBuffer, root: str | Path, repo_id: str = "robol
                 obs = {k: d[f"{OBS_PREFIX}{k}"][i] for k in buffer.obs_spec.arrays}
                 ds.add_frame(lerobot_frame(buffer.obs_spec, obs, d["action"][i], float(d["reward"][i]),
                                            bool(d["terminated"][i]), bool(i == n - 1 and ep.success),
-                                           bool(d["intervention"][i]), task))
+                                           bool(d["intervention"][i]), frame_task(buffer.obs_spec, obs, task)))
             save_episode(ds)
             count += 1
     ds.finalize()
@@ -153,7 +164,7 @@ def import_lerobot(buffer: ReplayBuffer, root: str | Path, repo_id: str = "local
 
     ds = LeRobotDataset(repo_id, root=root)
     keys = {obs_key_of(n): n for n in ds.features if obs_key_of(n) is not None}
-    missing = set(buffer.obs_spec.arrays) - set(keys)
+    missing = {k for k, spec in buffer.obs_spec.arrays.items() if not is_text(spec)} - set(keys)
     if missing:
         raise SpecError(f"dataset {root} lacks observation(s) {sorted(missing)} that the buffer needs "
                         f"(it has {sorted(keys)})")
@@ -189,6 +200,9 @@ def _scalar(frame: dict, key: str, default):
 def _obs(buffer: ReplayBuffer, keys: dict[str, str], frame: dict) -> dict[str, np.ndarray]:
     out = {}
     for key, spec in buffer.obs_spec.arrays.items():
+        if is_text(spec):
+            out[key] = encode_text(frame["task"], spec.shape[0])
+            continue
         value = np.asarray(frame[keys[key]])
         if is_image(spec):  # lerobot returns float CHW in [0, 1]
             value = np.round(value * 255.0).clip(0, 255).astype(np.uint8)

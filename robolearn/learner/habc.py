@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from robolearn.buffer.replay_buffer import ReplayBuffer
-from robolearn.learner.chunk_batch import require_bc_policy, sample_chunk_windows
+from robolearn.learner.chunk_batch import observation_keys, policy_input, require_bc_policy, sample_chunk_windows
 from robolearn.learner.device import module_device
 from robolearn.policies.mlp import mlp
 from robolearn.specs import ActionSpec
@@ -131,7 +131,8 @@ class HABC:
         self.num_updates = 0
 
     def sample_batch(self, buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: int) -> dict[str, torch.Tensor]:
-        return sample_chunk_windows(buffer, action_spec, batch_size, self.horizon)
+        return sample_chunk_windows(buffer, action_spec, batch_size, self.horizon,
+                                    observation_keys(self.actor))
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         self.actor.normalise.update(batch["obs"])  # running statistics of unbounded state elements
@@ -146,7 +147,7 @@ class HABC:
             g = torch.ones_like(g)
         w = normalise_weights(raw_weights(g, batch, self.cfg.reweight_interventions))
         self.actor.train()
-        actor_loss = self.actor.weighted_loss(batch["obs"], batch["actions"], batch["valid"], w)
+        actor_loss = self.actor.weighted_loss(policy_input(batch), batch["actions"], batch["valid"], w)
         self.actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_opt.step()

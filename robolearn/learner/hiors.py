@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from robolearn.buffer.replay_buffer import ReplayBuffer
-from robolearn.learner.chunk_batch import require_bc_policy, sample_chunk_windows
+from robolearn.learner.chunk_batch import observation_keys, policy_input, require_bc_policy, sample_chunk_windows
 from robolearn.specs import ActionSpec
 
 
@@ -88,7 +88,7 @@ class HiORS:
 
     def sample_batch(self, buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: int) -> dict[str, torch.Tensor]:
         m = self.threshold.value
-        return sample_chunk_windows(buffer, action_spec, batch_size, self.horizon,
+        return sample_chunk_windows(buffer, action_spec, batch_size, self.horizon, observation_keys(self.actor),
                                     min_return=None if m == -math.inf else m,
                                     min_episode_steps=self.cfg.min_episode_steps)
 
@@ -98,7 +98,7 @@ class HiORS:
         self.actor.train()
         # sum(keep * l) / max(sum(keep), 1), as a weighted mean: w = keep / max(mean(keep), 1 / B)
         w = keep / keep.mean().clamp(min=1.0 / keep.shape[0])
-        loss = self.actor.weighted_loss(batch["obs"], batch["actions"], batch["valid"], w)
+        loss = self.actor.weighted_loss(policy_input(batch), batch["actions"], batch["valid"], w)
         self.actor_opt.zero_grad(set_to_none=True)
         loss.backward()
         self.actor_opt.step()

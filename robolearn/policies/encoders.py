@@ -64,14 +64,20 @@ class ImageEncoder(nn.Module):
         return torch.cat([self.cameras[k](obs[k]) for k in self.keys], dim=-1)
 
 
-def random_shift(frames: torch.Tensor, rng: np.random.Generator, pad: int = 4) -> torch.Tensor:
+def random_shift(frames: torch.Tensor, rng: np.random.Generator | None, pad: int = 4) -> torch.Tensor:
     """(B, H, W, C) uint8 -> the same shape, each image shifted by up to ``pad`` pixels (edges replicated).
-    Offsets come from ``rng`` (the replay buffer's generator in the learner, so a resumed run repeats them)."""
+    Offsets come from ``rng`` (the replay buffer's generator in the learner, so a resumed run repeats them), or
+    from torch's global generator when it is None (a policy's own augmentation; checkpoints save that one too)."""
     b, h, w, _ = frames.shape
+    device = frames.device
     padded = F.pad(frames.permute(0, 3, 1, 2).float(), (pad, pad, pad, pad), mode="replicate")
-    dy = torch.from_numpy(rng.integers(0, 2 * pad + 1, b))
-    dx = torch.from_numpy(rng.integers(0, 2 * pad + 1, b))
-    rows = (dy[:, None] + torch.arange(h))[:, :, None]       # (B, H, 1)
-    cols = (dx[:, None] + torch.arange(w))[:, None, :]       # (B, 1, W)
-    batch = torch.arange(b)[:, None, None]
+    if rng is None:
+        dy, dx = torch.randint(0, 2 * pad + 1, (2, b))
+    else:
+        dy = torch.from_numpy(rng.integers(0, 2 * pad + 1, b))
+        dx = torch.from_numpy(rng.integers(0, 2 * pad + 1, b))
+    dy, dx = dy.to(device), dx.to(device)
+    rows = (dy[:, None] + torch.arange(h, device=device))[:, :, None]       # (B, H, 1)
+    cols = (dx[:, None] + torch.arange(w, device=device))[:, None, :]       # (B, 1, W)
+    batch = torch.arange(b, device=device)[:, None, None]
     return padded.permute(0, 2, 3, 1)[batch, rows, cols].to(torch.uint8)

@@ -87,6 +87,11 @@ def time_features(tau: torch.Tensor) -> torch.Tensor:
     return torch.cat([tau.unsqueeze(-1), torch.sin(angle), torch.cos(angle)], dim=-1).flatten(1)
 
 
+def past_length(past: torch.Tensor | dict[str, torch.Tensor]) -> int:
+    """D + 1 of past observations (B, D+1, ...), a tensor or a dict of them."""
+    return next(iter(past.values())).shape[1] if isinstance(past, dict) else past.shape[1]
+
+
 def prefix_mask(prefix_len: torch.Tensor, horizon: int) -> torch.Tensor:
     """(B,) prefix lengths -> (B, H) float mask m_i = 1[i >= d] (1 where the policy predicts)."""
     return (torch.arange(horizon, device=prefix_len.device) >= prefix_len.unsqueeze(-1)).float()
@@ -102,30 +107,58 @@ class FlowChunkPolicy(nn.Module):
         self.max_prefix = config.max_prefix
         self.takes_mid_observation = config.mid_observation
         self.normalise = ObsNormaliser(obs_spec)
+        encoded = self._build_encoder(obs_spec)
         n_chunk = self.horizon * self.action_dim
         self._time_dist = torch.distributions.Beta(torch.tensor(1.5), torch.tensor(1.0))
         flow_in = n_chunk + self.horizon * (1 + 2 * TIME_FREQS)   # the tau-gated chunk and its time features
         if config.mid_observation:
             f = config.trunk_features
-            self.trunk = mlp([self.obs_dim + 1 + n_chunk + self.horizon, *config.hidden_dims, f + n_chunk])
+            self.trunk = mlp([encoded + 1 + n_chunk + self.horizon, *config.hidden_dims, f + n_chunk])
             cond_dim, head = f + self.obs_dim + 1, config.head_dims
         else:
-            cond_dim, head = self.obs_dim, config.hidden_dims
+            cond_dim, head = encoded, config.hidden_dims
         self.mean_head = mlp([cond_dim, *head, n_chunk])
         self.net = mlp([cond_dim + flow_in, *head, n_chunk])
 
-    def condition(self, state: torch.Tensor) -> torch.Tensor:
-        """A one-stage policy's condition, (B, S): the normalised state the chunk starts from."""
-        return self.normalise(state)
+    # --- what an observation is to this policy (a subclass that reads more than the state overrides these) ---------
+    def _build_encoder(self, obs_spec: ObservationSpec) -> int:
+        """Build the modules ``encode`` uses; returns the width of its output."""
+        return self.obs_dim
+
+    def encode(self, obs: torch.Tensor) -> torch.Tensor:
+        """An observation -> the features (B, E) a one-stage chunk is conditioned on and a two-stage trunk reads:
+        here the normalised state (B, S)."""
+        return self.normalise(obs)
+
+    def mid_state(self, obs: torch.Tensor) -> torch.Tensor:
+        """The raw state (B, S) of an observation: all a two-stage head sees of the mid observation."""
+        return obs
+
+    def observation_tensors(self, observations: dict[str, np.ndarray]) -> torch.Tensor:
+        """The serving interface's arrays -> what ``encode`` takes."""
+        return torch.as_tensor(observations["state"], dtype=torch.float32)
+
+    def at_offset(self, past: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+        """Row b of ``past`` (B, D+1, ...) at ``offset[b]``: the observation k ticks before the current one."""
+        return past[torch.arange(len(offset), device=offset.device), offset]
+
+    def zero_observation(self) -> torch.Tensor:
+        """A one-row observation of zeros (for counting FLOPs)."""
+        return torch.zeros(1, self.obs_dim)
+    # ----------------------------------------------------------------------------------------------------------------
+
+    def condition(self, obs: torch.Tensor) -> torch.Tensor:
+        """A one-stage policy's condition, (B, E): the encoded observation the chunk starts from."""
+        return self.encode(obs)
 
     def trunk_features(self, first: torch.Tensor, prefix: torch.Tensor, prefix_len: torch.Tensor,
                        offset: torch.Tensor) -> torch.Tensor:
-        """Two-stage: the trunk on what is known when the request is made, (B, F + H * A): the first state (B, S),
+        """Two-stage: the trunk on what is known when the request is made, (B, F + H * A): the first observation,
         the committed actions from the mid tick on, ``prefix`` (B, D', A) of which ``prefix_len`` (B,) count, and
-        the mid state's offset k (B,) ticks. Never the mid state itself."""
+        the mid state's offset k (B,) ticks. Never the mid observation itself."""
         committed = 1 - prefix_mask(prefix_len, self.horizon)
         k = self._offset_feature(offset)
-        inp = [self.normalise(first), k, (committed.unsqueeze(-1) * self._pad_prefix(prefix)).flatten(1), committed]
+        inp = [self.encode(first), k, (committed.unsqueeze(-1) * self._pad_prefix(prefix)).flatten(1), committed]
         return self.trunk(torch.cat(inp, dim=-1))
 
     def _offset_feature(self, offset: torch.Tensor) -> torch.Tensor:
@@ -134,10 +167,12 @@ class FlowChunkPolicy(nn.Module):
 
     def head_condition(self, features: torch.Tensor, mid: torch.Tensor,
                        offset: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Two-stage: the head's condition [f; s_mid; k / D] (B, C) and the trunk's chunk estimate mu_T (B, H, A)."""
+        """Two-stage: the head's condition [f; s_mid; k / D] (B, C) and the trunk's chunk estimate mu_T (B, H, A).
+        ``mid`` is the mid observation; only its state is read."""
         f, mu_trunk = features.split([self.config.trunk_features, self.horizon * self.action_dim], dim=-1)
         k = self._offset_feature(offset)
-        return torch.cat([f, self.normalise(mid), k], dim=-1), mu_trunk.view(-1, self.horizon, self.action_dim)
+        return (torch.cat([f, self.normalise(self.mid_state(mid)), k], dim=-1),
+                mu_trunk.view(-1, self.horizon, self.action_dim))
 
     def denoise(self, cond: torch.Tensor, x: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
         """The network's estimate of the clean chunk x1 from x_tau: cond (B, C), x (B, H, A), tau (B, H).
@@ -166,29 +201,31 @@ class FlowChunkPolicy(nn.Module):
         out[:, :n] = prefix[:, :n]
         return out
 
-    def loss(self, state: torch.Tensor, actions: torch.Tensor, prefix_len: torch.Tensor | None = None,
+    def loss(self, obs: torch.Tensor, actions: torch.Tensor, prefix_len: torch.Tensor | None = None,
              valid: torch.Tensor | None = None, past: torch.Tensor | None = None) -> torch.Tensor:
-        """Per-example flow-matching loss (B,) on demo chunks ``actions`` (B, H, A) in [-1, 1].
+        """Per-example flow-matching loss (B,) on demo chunks ``actions`` (B, H, A) in [-1, 1] from the
+        observations ``obs`` (the state (B, S) here).
 
         ``prefix_len`` (B,) int: the clean prefix given to the network (drawn uniformly from 0..D when
-        None). ``valid`` (B, H) optional mask of real (not padded) chunk positions. ``past`` (B, D+1, S):
-        the states 0..D ticks before ``state``, needed with ``mid_observation``: with d the drawn prefix,
-        k ~ U{0..d}, the context is past[k] and the prefix d - k (the committed actions from ``state`` on).
+        None). ``valid`` (B, H) optional mask of real (not padded) chunk positions. ``past`` (B, D+1, ...):
+        the observations 0..D ticks before ``obs``, needed with ``mid_observation``: with d the drawn prefix,
+        k ~ U{0..d}, the trunk's context is past[k] and the prefix d - k (the committed actions from ``obs`` on).
         """
         b = actions.shape[0]
         if prefix_len is None:
             prefix_len = torch.randint(0, self.max_prefix + 1, (b,), device=actions.device)
         valid = torch.ones(actions.shape[:2], device=actions.device) if valid is None else valid
         if self.takes_mid_observation:
-            if past is None or past.shape[1] < self.max_prefix + 1:
-                raise ValueError(f"flow_chunk with mid_observation needs past states (B, {self.max_prefix + 1}, S)")
+            if past is None or past_length(past) < self.max_prefix + 1:
+                raise ValueError(f"{self.config.name} with mid_observation needs the past observations "
+                                 f"(B, {self.max_prefix + 1}, ...)")
             offset = (torch.rand(b, device=actions.device) * (prefix_len + 1)).long()  # U{0..d}
-            first = past[torch.arange(b, device=actions.device), offset]
+            first = self.at_offset(past, offset)
             prefix_len = prefix_len - offset
-            cond, base = self.head_condition(self.trunk_features(first, actions, prefix_len, offset), state, offset)
+            cond, base = self.head_condition(self.trunk_features(first, actions, prefix_len, offset), obs, offset)
             mu = self.mean_chunk(cond, base)
         else:
-            cond = self.condition(state)
+            cond = self.condition(obs)
             mu = self.mean_chunk(cond)
         mean_loss = (valid * ((mu - actions) ** 2).sum(-1)).sum(-1) / valid.sum(-1).clamp(min=1.0)
         residual = actions - mu.detach()                          # the flow runs in residual space
@@ -204,46 +241,48 @@ class FlowChunkPolicy(nn.Module):
         m = m * valid
         return (m * err).sum(-1) / m.sum(-1).clamp(min=1.0) + mean_loss
 
-    def weighted_loss(self, state: torch.Tensor, actions: torch.Tensor, valid: torch.Tensor,
+    def weighted_loss(self, obs: torch.Tensor, actions: torch.Tensor, valid: torch.Tensor,
                       weights: torch.Tensor) -> torch.Tensor:
         """mean_B(w * loss): the BC learners' objective, ``weights`` (B,) >= 0 (mean 1 for an unbiased scale)."""
-        return (weights * self.loss(state, actions, valid=valid)).mean()
+        return (weights * self.loss(obs, actions, valid=valid)).mean()
 
     @torch.no_grad()
-    def sample(self, state: torch.Tensor, prefix: torch.Tensor | None = None,
+    def sample(self, obs: torch.Tensor, prefix: torch.Tensor | None = None,
                prefix_len: torch.Tensor | None = None, steps: int | None = None) -> torch.Tensor:
         """A one-stage chunk (B, H, A) in [-1, 1] whose first ``prefix_len`` actions equal ``prefix`` (B, D', A).
         (``chunk_from_noise`` is the same flow from a given noise, with gradients.)"""
-        if self.takes_mid_observation:  # the state is both the first and the mid one (k = 0)
+        if self.takes_mid_observation:  # the observation is both the first and the mid one (k = 0)
+            state = self.mid_state(obs)
             zero = torch.zeros(state.shape[0], dtype=torch.long, device=state.device)
             prefix, prefix_len = self._given_prefix(state, prefix, prefix_len)
-            return self.sample_head(self.trunk_features(state, prefix, prefix_len, zero), state, zero, prefix,
+            return self.sample_head(self.trunk_features(obs, prefix, prefix_len, zero), obs, zero, prefix,
                                     prefix_len, steps)
-        cond = self.condition(state)
+        cond = self.condition(obs)
         return self._flow(cond, self.mean_chunk(cond), prefix, prefix_len, steps)
 
-    def chunk_from_noise(self, state: torch.Tensor, noise: torch.Tensor, prefix: torch.Tensor | None = None,
+    def chunk_from_noise(self, obs: torch.Tensor, noise: torch.Tensor, prefix: torch.Tensor | None = None,
                          prefix_len: torch.Tensor | None = None) -> torch.Tensor:
         """A one-stage chunk (B, H, A) in [-1, 1] integrated from the given ``noise`` (B, H, A): the flow as a
         deterministic, differentiable map of its noise (DSRL steers a frozen policy through it)."""
         if self.takes_mid_observation:
             raise ValueError("chunk_from_noise: a two-stage flow policy (mid_observation=true) is not supported")
-        cond = self.condition(state)
+        cond = self.condition(obs)
         return self._flow(cond, self.mean_chunk(cond), prefix, prefix_len, None, noise)
 
     @torch.no_grad()
     def sample_head(self, features: torch.Tensor, mid: torch.Tensor, offset: torch.Tensor, prefix: torch.Tensor,
                     prefix_len: torch.Tensor, steps: int | None = None) -> torch.Tensor:
-        """Two-stage: the head alone, from the trunk's ``features`` and the mid state (B, S) taken ``offset`` ticks
+        """Two-stage: the head alone, from the trunk's ``features`` and the mid observation taken ``offset`` ticks
         after the first one; ``prefix`` (B, D', A) / ``prefix_len`` are the committed actions from the mid tick."""
         cond, base = self.head_condition(features, mid, offset)
         return self._flow(cond, self.mean_chunk(cond, base), prefix, prefix_len, steps)
 
-    def _given_prefix(self, state: torch.Tensor, prefix: torch.Tensor | None,
+    def _given_prefix(self, like: torch.Tensor, prefix: torch.Tensor | None,
                       prefix_len: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The given prefix, or none (zeros of length 0) for each of ``like``'s (B, ...) rows."""
         if prefix is None or prefix_len is None:
-            return (state.new_zeros(state.shape[0], self.horizon, self.action_dim),
-                    torch.zeros(state.shape[0], dtype=torch.long, device=state.device))
+            return (like.new_zeros(like.shape[0], self.horizon, self.action_dim),
+                    torch.zeros(like.shape[0], dtype=torch.long, device=like.device))
         return prefix, prefix_len
 
     def _flow(self, cond: torch.Tensor, mu: torch.Tensor, prefix: torch.Tensor | None,
@@ -276,9 +315,10 @@ class FlowChunkPolicy(nn.Module):
     def predict_trunk(self, observations: dict[str, np.ndarray], prefix: np.ndarray, prefix_len: np.ndarray,
                       mid_offsets: np.ndarray) -> torch.Tensor:
         """Two-stage serving, at request time: the trunk's features (B, F + H * A) from the first observations
-        {"state": (B, S)}, the committed actions (B, D', A) normalised, and the planned mid offsets k (B,)."""
+        (``{"state": (B, S)}`` and whatever else the policy reads), the committed actions (B, D', A) normalised,
+        and the planned mid offsets k (B,)."""
         shifted, lens = self.shift_prefix(prefix, prefix_len, mid_offsets)
-        return self.trunk_features(torch.as_tensor(observations["state"], dtype=torch.float32), shifted, lens,
+        return self.trunk_features(self.observation_tensors(observations), shifted, lens,
                                    torch.as_tensor(mid_offsets, dtype=torch.long))
 
     @torch.no_grad()
@@ -287,7 +327,7 @@ class FlowChunkPolicy(nn.Module):
         """Two-stage serving, once the mid observations {"state": (B, S)} arrive: chunks (B, H, A) normalised,
         row b starting at its mid observation's tick with the committed actions left from there."""
         shifted, lens = self.shift_prefix(prefix, prefix_len, mid_offsets)
-        mid = torch.as_tensor(mid_observations["state"], dtype=torch.float32)
+        mid = torch.as_tensor(mid_observations["state"], dtype=torch.float32)  # the head reads the state alone
         out = self.sample_head(features, mid, torch.as_tensor(mid_offsets, dtype=torch.long), shifted, lens)
         return out.numpy().astype(np.float32)
 
@@ -307,7 +347,7 @@ class FlowChunkPolicy(nn.Module):
             return self.predict_head(features, observations if mid_observations is None else mid_observations,
                                      prefix, prefix_len, offsets)
         with torch.no_grad():
-            out = self.sample(torch.as_tensor(observations["state"], dtype=torch.float32),
+            out = self.sample(self.observation_tensors(observations),
                               torch.as_tensor(prefix, dtype=torch.float32),
                               torch.as_tensor(prefix_len, dtype=torch.long))
         return out.numpy().astype(np.float32)
@@ -320,11 +360,12 @@ class FlowChunkPolicy(nn.Module):
 
         if not self.takes_mid_observation:
             raise ValueError("trunk_head_flops: a one-stage flow policy has no trunk and head (mid_observation=false)")
+        first = self.zero_observation()
         state = torch.zeros(1, self.obs_dim)
         prefix = torch.zeros(1, self.max_prefix, self.action_dim)
         lens, k = torch.tensor([self.max_prefix // 2]), torch.tensor([0])
         with FlopCounterMode(display=False) as trunk:
-            features = self.trunk_features(state, prefix, lens, k)
+            features = self.trunk_features(first, prefix, lens, k)
         with FlopCounterMode(display=False) as head:
             self.sample_head(features, state, k, prefix, lens)
         t, h = trunk.get_total_flops(), head.get_total_flops()

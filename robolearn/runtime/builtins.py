@@ -31,6 +31,7 @@ def register_builtins() -> None:
     from robolearn.policies.flow_chunk import FlowChunkPolicyConfig, make_flow_policy
     from robolearn.policies.lerobot_policy import LerobotPolicyConfig, make_lerobot_policy
     from robolearn.policies.mlp import MLPPolicyConfig, make_policy
+    from robolearn.policies.vla import VLAPolicyConfig, make_vla_policy
     from robolearn.runtime.local import LocalRuntimeConfig, run_local
     from robolearn.runtime.ray_runtime import RayRuntimeConfig, run_ray
     from robolearn.sim.cube_tasks import PickCubeColorConfig, PickCubeConfig, PickCubeEnv, PushCubeConfig, PushCubeEnv
@@ -58,6 +59,7 @@ def register_builtins() -> None:
         ("policy", "flow_chunk", FlowChunkPolicyConfig, make_flow_policy),
         ("policy", "lerobot", LerobotPolicyConfig, make_lerobot_policy),
         ("policy", "dsrl", DSRLPolicyConfig, make_dsrl_policy),
+        ("policy", "vla", VLAPolicyConfig, make_vla_policy),
         ("algo", "sac", SACConfig, SAC),
         ("algo", "habc", HABCConfig, HABC),
         ("algo", "hiors", HiORSConfig, HiORS),

@@ -5,8 +5,11 @@ with ``mujoco.MjSpec`` so the arm stays one file. Only the palm and the two jaws
 
 Observation ``state``: the robot's joint positions and velocities (12), the grasp point (m, from the
 arm's forward kinematics), then per cube its position (m) and ``sin 4*yaw, cos 4*yaw`` (a cube looks
-the same every quarter turn); ``push_cube`` adds the goal (x, y in m); ``pick_cube_color`` adds a
-one-hot of the asked colour, and ``env.instruction`` holds the sentence ("pick up the red cube").
+the same every quarter turn; left out with ``task.scene_state=false``, for policies that see the scene
+through cameras); ``push_cube`` adds the goal (x, y in m); ``pick_cube_color`` adds a one-hot of the
+asked colour, and ``env.instruction`` holds the sentence ("pick up the red cube"). With
+``task.language=true`` there is no one-hot: the sentence is the ``instruction`` observation (UTF-8 bytes,
+``robolearn.specs.encode_text``), drawn per episode from ``task.instructions`` when several are given.
 
 Domain randomisation (config knobs, applied at every reset from the seeded RNG): cube positions and
 yaw, colours (cubes and floor), sliding friction (cubes and floor), lighting (intensity, direction).
@@ -26,12 +29,14 @@ import numpy as np
 from robolearn.sim.arm_task import ArmTaskConfig, ArmTaskEnv
 from robolearn.sim.ik import SiteIK, down_pose
 from robolearn.sim.so101 import SimSO101Config, arm_xml
+from robolearn.specs import ObservationSpec, encode_text, text_spec
 
 COLOURS = {"red": (0.85, 0.15, 0.15), "green": (0.15, 0.7, 0.2), "blue": (0.15, 0.3, 0.9)}
 FLOOR_RGB = (0.3, 0.3, 0.35)
 GRIPPER_OPEN, GRIPPER_CLOSED, GRIPPER_PUSH = 45.0, 0.0, 9.0  # 0..100 units
 GOAL_RGBA = (0.1, 0.8, 0.3, 0.35)
 PUSH_TILT = 0.4  # rad the pushing fingers lean outward: reaches the far side of cubes near the edge
+INSTRUCTION_BYTES = 96  # the ``instruction`` observation of pick_cube_color with task.language=true
 
 
 @dataclass
@@ -47,6 +52,8 @@ class CubeTaskConfig(ArmTaskConfig):
     colour_noise: float = 0.08       # +- per RGB channel on cubes and floor
     friction_range: list[float] = field(default_factory=lambda: [0.7, 1.2])   # sliding friction, cubes and floor
     light_noise: float = 0.3         # +- relative intensity; direction tilted by up to this many rad
+    scene_state: bool = True         # the cubes' poses in ``state``; false: the robot's own values only (joints and
+                                     # grasp point), the scene seen through the cameras as on hardware
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -89,10 +96,11 @@ class CubeTaskEnv(ArmTaskEnv):
                  extra_high: tuple[float, ...] = ()) -> None:
         model = build_scene(cubes, task.cube_size, goal)
         names = ("grasp.x", "grasp.y", "grasp.z")
-        for c in cubes:
+        seen = cubes if task.scene_state else []
+        for c in seen:
             names += tuple(f"cube_{c}.{k}" for k in ("x", "y", "z", "sin4yaw", "cos4yaw"))
-        low = (-0.45, -0.45, -0.05) + (-0.5, -0.5, -0.05, -1.0, -1.0) * len(cubes) + extra_low
-        high = (0.45, 0.45, 0.5) + (0.5, 0.5, 0.5, 1.0, 1.0) * len(cubes) + extra_high
+        low = (-0.45, -0.45, -0.05) + (-0.5, -0.5, -0.05, -1.0, -1.0) * len(seen) + extra_low
+        high = (0.45, 0.45, 0.5) + (0.5, 0.5, 0.5, 1.0, 1.0) * len(seen) + extra_high
         super().__init__(task, robot, model, names + extra_names, low, high, "m, m, 1")
         m = self.robot.model
         self.cubes = cubes
@@ -124,7 +132,7 @@ class CubeTaskEnv(ArmTaskEnv):
 
     def _state_extra(self) -> np.ndarray:
         parts = [self.grasp_pos()]
-        for c in self.cubes:
+        for c in self.cubes if self.task.scene_state else []:
             yaw = self.cube_yaw(c)
             parts.append(np.concatenate([self.cube_pos(c), [np.sin(4 * yaw), np.cos(4 * yaw)]]))
         parts.append(self._task_features())
@@ -215,12 +223,29 @@ class PickCubeColorConfig(PickCubeConfig):
 
     name: str = "pick_cube_color"
     colours: list[str] = field(default_factory=lambda: ["red", "green", "blue"])
+    language: bool = False           # the asked colour as an ``instruction`` observation (the sentence, UTF-8)
+                                     # instead of a one-hot in ``state``: language-conditioned policies (policy=vla)
+    instructions: dict[str, list[str]] = field(default_factory=dict)  # colour -> sentences, one drawn per episode
+                                     # (default "pick up the <colour> cube"); e.g. paraphrases held out of training
 
     def __post_init__(self) -> None:
         super().__post_init__()
         unknown = set(self.colours) - set(COLOURS)
         if unknown or len(self.colours) < 2:
             raise ValueError(f"task.colours must be >= 2 of {sorted(COLOURS)}, got {self.colours}")
+        extra = set(self.instructions) - set(self.colours)
+        if extra:
+            raise ValueError(f"task.instructions names colours the task does not have: {sorted(extra)}")
+        for colour, sentences in self.instructions.items():
+            if not sentences:
+                raise ValueError(f"task.instructions.{colour} is empty: give at least one sentence or leave it out")
+            for sentence in sentences:
+                if len(sentence.encode("utf-8")) > INSTRUCTION_BYTES:
+                    raise ValueError(f"task.instructions.{colour}: {sentence!r} is longer than {INSTRUCTION_BYTES} "
+                                     "UTF-8 bytes")
+
+    def sentences(self, colour: str) -> list[str]:
+        return list(self.instructions.get(colour, [f"pick up the {colour} cube"]))
 
 
 class PickCubeEnv(CubeTaskEnv):
@@ -231,10 +256,17 @@ class PickCubeEnv(CubeTaskEnv):
     def __init__(self, task: PickCubeConfig | None = None, robot: SimSO101Config | None = None) -> None:
         task = task or PickCubeConfig()
         colours = list(getattr(task, "colours", ["red"]))
-        onehot = len(colours) if isinstance(task, PickCubeColorConfig) else 0
+        self._coloured = isinstance(task, PickCubeColorConfig)
+        self._language = self._coloured and task.language
+        onehot = len(colours) if self._coloured and not self._language else 0
         super().__init__(task, robot, colours, goal=False,
                          extra_names=tuple(f"asked.{c}" for c in colours[:onehot]),
                          extra_low=(0.0,) * onehot, extra_high=(1.0,) * onehot)
+        if self._language:
+            self.observation_spec = ObservationSpec({**self.observation_spec.arrays,
+                                                     "instruction": text_spec(INSTRUCTION_BYTES)})
+            self.observation_space = gym.spaces.Dict({**self.observation_space.spaces, "instruction": gym.spaces.Box(
+                0, 255, (INSTRUCTION_BYTES,), np.uint8)})
         self._onehot = onehot > 0
         self.target = colours[0]
         self._phase = "approach"
@@ -244,13 +276,24 @@ class PickCubeEnv(CubeTaskEnv):
             return np.zeros(0)
         return np.array([c == self.target for c in self.cubes], dtype=np.float64)
 
+    def _obs(self) -> dict[str, np.ndarray]:
+        obs = super()._obs()
+        if self._language:
+            obs["instruction"] = encode_text(self.instruction, INSTRUCTION_BYTES)
+        return obs
+
     def lift(self, colour: str) -> float:
         return float(self.cube_pos(colour)[2] - self.half)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         self._reset_scene(seed)
-        self.target = self.cubes[int(self.np_random.integers(len(self.cubes)))] if self._onehot else self.cubes[0]
-        self.instruction = f"pick up the {self.target} cube" if self._onehot else "pick up the cube"
+        self.target = self.cubes[int(self.np_random.integers(len(self.cubes)))] if self._coloured else self.cubes[0]
+        if self._coloured:
+            sentences = self.task.sentences(self.target)
+            self.instruction = sentences[int(self.np_random.integers(len(sentences)))] if len(sentences) > 1 \
+                else sentences[0]
+        else:
+            self.instruction = "pick up the cube"
         self._phase = "approach"
         return self._obs(), self._info(False)
 

@@ -1,0 +1,162 @@
+"""A small vision-language-action policy (``policy=vla``): an instruction, camera images and the robot's state in,
+a chunk of actions out, by the flow-matching chunk machinery of ``flow_chunk`` (docs/algorithms.md, "VLA").
+
+    words  w_1..w_W = frozen word vectors of the instruction (W, 300)     policies.text_encoder
+    text   t = tanh(LN(W_o [attn_1; ..; attn_h])),  attn_j = sum_i softmax_i(q_j . P w_i / sqrt(F)) P w_i   (B, T)
+    vision v = [CNN_front(img_front); CNN_wrist(img_wrist)]              policies.encoders.CameraEncoder, (B, C * V)
+    trunk  e = Fuse([t; v; normalised state])                             (B, E)
+    chunk  the flow of FlowChunkPolicy conditioned on e (one-stage); two-stage: the trunk on the first
+           observation (e, the committed actions, k / D), the light head on the mid observation's state alone
+
+The word vectors are frozen (a table lookup, no parameters); the projection P, the h learned queries q_j and
+everything after them are trained from scratch, cameras included. Attention pooling with learned queries lets the
+policy pick out the words that matter ("red" in "pick up the red cube") by what their vectors are like, so a
+paraphrase whose colour word is a neighbour in the vector space ("crimson", "scarlet") lands near it; a mean over
+the words would dilute that word by the rest of the sentence.
+
+In training (``self.training``) every camera frame is shifted by up to ``image_shift_pad`` pixels (DrQ's random
+shift, drawn from torch's generator so a checkpoint restores it), which image BC needs to generalise from a few
+hundred demos.
+
+The observation is a dict: ``state`` (B, S) float, each camera uint8 (B, H, W, 3), ``instruction`` uint8 (B, N)
+(UTF-8 bytes, ``robolearn.specs.encode_text``). Which keys: ``observation_keys``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from robolearn.policies.encoders import ImageEncoder, image_keys, random_shift
+from robolearn.policies.flow_chunk import FlowChunkPolicy, FlowChunkPolicyConfig
+from robolearn.policies.mlp import mlp
+from robolearn.policies.text_encoder import WIDTH, word_vectors
+from robolearn.specs import ActionSpec, ObservationSpec, decode_text, is_text
+
+Observation = dict[str, torch.Tensor]
+
+
+@dataclass
+class VLAPolicyConfig(FlowChunkPolicyConfig):
+    """``policy=vla``: the flow chunk policy's fields (horizon, prefix, flow steps, two-stage) plus its encoders."""
+
+    name: str = "vla"
+    hidden_dims: list[int] = field(default_factory=lambda: [256, 256])  # the flow net (one-stage) / the trunk's MLP
+    instruction_key: str = "instruction"
+    max_words: int = 16             # words of the instruction read (the rest dropped)
+    text_features: int = 64         # T: the projected word width and the sentence's features
+    text_heads: int = 4             # h: learned queries pooling the words
+    camera_features: int = 64       # V: per camera
+    fuse_dims: list[int] = field(default_factory=lambda: [256])  # the trunk's fusing MLP; its last size is E
+    image_shift_pad: int = 4        # training-time random shift of each frame, pixels (0: none)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key in ("max_words", "text_features", "text_heads", "camera_features"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"policy.{key} must be >= 1, got {getattr(self, key)}")
+        if not self.fuse_dims or any(h < 1 for h in self.fuse_dims):
+            raise ValueError(f"policy.fuse_dims must be positive sizes, got {self.fuse_dims}")
+        if self.image_shift_pad < 0:
+            raise ValueError(f"policy.image_shift_pad must be >= 0, got {self.image_shift_pad}")
+
+
+class InstructionEncoder(nn.Module):
+    """uint8 (B, N) UTF-8 sentences -> (B, T): frozen word vectors, projection, attention pooling by h learned
+    queries, then Linear -> LayerNorm -> tanh. A sentence with no known word gives the features of zero pooling."""
+
+    def __init__(self, max_words: int, features: int, heads: int) -> None:
+        super().__init__()
+        self.max_words = max_words
+        self.project = nn.Linear(WIDTH, features)
+        self.queries = nn.Parameter(torch.randn(heads, features) / math.sqrt(features))
+        self.out = nn.Sequential(nn.Linear(heads * features, features), nn.LayerNorm(features), nn.Tanh())
+        self.out_dim = features
+        self._table = word_vectors()  # loads (and checks) the vectors now, not at the first request
+        self._cache: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}  # sentence bytes -> vectors, mask
+
+    def lookup(self, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """uint8 (B, N) -> word vectors (B, W, 300) and the mask of known words (B, W), on ``text``'s device."""
+        rows = text.cpu().numpy()
+        vectors = np.empty((len(rows), self.max_words, WIDTH), np.float32)
+        mask = np.empty((len(rows), self.max_words), np.float32)
+        for i, row in enumerate(rows):
+            key = row.tobytes()
+            if key not in self._cache:
+                if len(self._cache) > 4096:  # instructions repeat; a stream of new ones must not grow it forever
+                    self._cache.clear()
+                v, m = self._table.encode([decode_text(row)], self.max_words)
+                self._cache[key] = (v[0], m[0])
+            vectors[i], mask[i] = self._cache[key]
+        device = self.project.weight.device
+        return torch.from_numpy(vectors).to(device), torch.from_numpy(mask).to(device)
+
+    def forward(self, text: torch.Tensor) -> torch.Tensor:
+        vectors, mask = self.lookup(text)
+        keys = self.project(vectors)                                          # (B, W, T)
+        scores = torch.einsum("bwt,ht->bhw", keys, self.queries) / math.sqrt(keys.shape[-1])
+        scores = scores.masked_fill(mask.unsqueeze(1) == 0, -1e9)
+        attn = torch.softmax(scores, dim=-1) * mask.amax(-1).view(-1, 1, 1)   # all-unknown sentence: zero pooling
+        pooled = torch.einsum("bhw,bwt->bht", attn, keys).flatten(1)          # (B, h * T)
+        return self.out(pooled)
+
+
+class VLAPolicy(FlowChunkPolicy):
+    """Everything the flow chunk policy does (BC loss, prefix-conditioned sampling, two-stage serving, DSRL's
+    ``chunk_from_noise``) on observations of an instruction, cameras and the state."""
+
+    config: VLAPolicyConfig
+
+    def _build_encoder(self, obs_spec: ObservationSpec) -> int:
+        c = self.config
+        spec = obs_spec.arrays.get(c.instruction_key)
+        if spec is None or not is_text(spec):
+            found = [k for k, s in obs_spec.arrays.items() if is_text(s)]
+            raise ValueError(f"policy=vla reads the instruction from the text observation {c.instruction_key!r}; "
+                             f"the task's text observations are {found or 'none'} (pick_cube_color: "
+                             "task.language=true)")
+        if not image_keys(obs_spec):
+            raise ValueError(f"policy=vla needs at least one camera; the task's observations are "
+                             f"{sorted(obs_spec.arrays)} (task.cameras=[front,wrist])")
+        self.text = InstructionEncoder(c.max_words, c.text_features, c.text_heads)
+        self.vision = ImageEncoder(obs_spec, c.camera_features)
+        self.fuse = nn.Sequential(mlp([self.text.out_dim + self.vision.out_dim + self.obs_dim, *c.fuse_dims]),
+                                  nn.LayerNorm(c.fuse_dims[-1]), nn.ReLU())
+        self.observation_keys = ("state", c.instruction_key, *self.vision.keys)
+        self._shapes = {k: tuple(obs_spec.arrays[k].shape) for k in self.observation_keys}
+        return c.fuse_dims[-1]
+
+    def encode(self, obs: Observation) -> torch.Tensor:
+        """The trunk's fused features e (B, E) of an observation dict."""
+        frames = {k: obs[k] for k in self.vision.keys}
+        if self.training and self.config.image_shift_pad:
+            frames = {k: random_shift(f, None, self.config.image_shift_pad) for k, f in frames.items()}
+        parts = [self.text(obs[self.config.instruction_key]), self.vision(frames), self.normalise(obs["state"])]
+        return self.fuse(torch.cat(parts, dim=-1))
+
+    def mid_state(self, obs: Observation | torch.Tensor) -> torch.Tensor:
+        return obs["state"] if isinstance(obs, dict) else obs
+
+    def observation_tensors(self, observations: dict[str, np.ndarray]) -> Observation:
+        missing = [k for k in self.observation_keys if k not in observations]
+        if missing:
+            raise ValueError(f"policy=vla needs the observation keys {missing} too; the request has "
+                             f"{sorted(observations)}")
+        device = self.normalise.centre.device
+        return {k: torch.as_tensor(observations[k], dtype=torch.float32 if k == "state" else torch.uint8).to(device)
+                for k in self.observation_keys}
+
+    def at_offset(self, past: Observation, offset: torch.Tensor) -> Observation:
+        rows = torch.arange(len(offset), device=offset.device)
+        return {k: v[rows, offset] for k, v in past.items()}
+
+    def zero_observation(self) -> Observation:
+        return {k: torch.zeros(1, *shape, dtype=torch.float32 if k == "state" else torch.uint8)
+                for k, shape in self._shapes.items()}
+
+def make_vla_policy(obs_spec: ObservationSpec, action_spec: ActionSpec, config: VLAPolicyConfig) -> VLAPolicy:
+    return VLAPolicy(obs_spec, action_spec, config)

@@ -1,0 +1,193 @@
+"""``policy=vla``: the instruction is an observation (pick_cube_color with task.language=true), the VLA reads it,
+its cameras and the state; it is served to several robots in one batch, its two-stage head sees only the mid
+observation's state, BC and HABC train it from observation dicts, and a recorded LeRobotDataset's task string
+becomes its instruction again on import."""
+
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from robolearn.buffer.lerobot_io import import_lerobot
+from robolearn.buffer.replay_buffer import ReplayBuffer
+from robolearn.config import ConfigError, check_buildable, compose, validate
+from robolearn.inference.client import RemoteClient
+from robolearn.inference.protocol import ChunkRequest
+from robolearn.inference.runner import ChunkPolicyRunner
+from robolearn.inference.server import PolicyServer
+from robolearn.learner.bc import ChunkDataset, expert_demos, train_bc
+from robolearn.learner.chunk_batch import sample_chunk_windows
+from robolearn.learner.habc import HABC, HABCConfig
+from robolearn.policies.vla import VLAPolicy, VLAPolicyConfig
+from robolearn.record import record
+from robolearn.sim.cube_tasks import INSTRUCTION_BYTES, PickCubeColorConfig, PickCubeEnv
+from robolearn.specs import SpecError, decode_text, encode_text
+
+H, D = 6, 3
+SIZE = 32  # camera pixels: enough to test the wiring, cheap to render
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = PickCubeEnv(PickCubeColorConfig(language=True, scene_state=False, cameras=["front", "wrist"],
+                                        camera_size=SIZE, camera_shadows=False))
+    yield e
+    e.close()
+
+
+def tiny_vla(env, seed=0, **extra):
+    torch.manual_seed(seed)
+    config = VLAPolicyConfig(chunk_horizon=H, max_prefix=D, hidden_dims=[64, 64], fuse_dims=[64], text_features=32,
+                             camera_features=16, trunk_features=32, head_dims=[32], flow_steps=4, **extra)
+    return VLAPolicy(env.observation_spec, env.action_spec, config)
+
+
+def one(obs):
+    return {k: v[None] for k, v in obs.items()}
+
+
+def test_text_observations_round_trip_and_refuse_what_does_not_fit():
+    assert decode_text(encode_text("grab the crimson block", 32)) == "grab the crimson block"
+    assert decode_text(encode_text("", 8)) == ""
+    with pytest.raises(SpecError, match="40 UTF-8 bytes"):
+        encode_text("x" * 40, 32)
+    with pytest.raises(SpecError, match="not UTF-8"):
+        decode_text(np.array([0xff, 0xfe, 0], np.uint8))
+
+
+def test_with_language_the_colour_is_asked_in_words_and_not_in_the_state(env):
+    names = env.observation_spec.arrays["state"].names
+    assert not any(n.startswith(("asked.", "cube_")) for n in names)  # no one-hot, no cube poses (scene_state=false)
+    asked = set()
+    for seed in range(12):
+        obs, info = env.reset(seed=seed)
+        env.observation_spec.validate(obs)
+        assert decode_text(obs["instruction"]) == f"pick up the {env.target} cube" == info["instruction"]
+        asked.add(env.target)
+    assert asked == {"red", "green", "blue"}
+    paraphrased = PickCubeEnv(PickCubeColorConfig(language=True, instructions={
+        "red": ["grab the crimson block", "lift the scarlet cube"]}))
+    try:
+        said = {decode_text(paraphrased.reset(seed=s)[0]["instruction"]) for s in range(30)}
+    finally:
+        paraphrased.close()
+    assert {"grab the crimson block", "lift the scarlet cube", "pick up the blue cube"} <= said
+    assert "pick up the red cube" not in said
+    with pytest.raises(ValueError, match="names colours the task does not have: \\['purple'\\]"):
+        PickCubeColorConfig(language=True, instructions={"purple": ["x"]})
+    with pytest.raises(ValueError, match=f"longer than {INSTRUCTION_BYTES}"):
+        PickCubeColorConfig(language=True, instructions={"red": ["very " * 30]})
+
+
+def test_the_vla_is_refused_by_name_without_an_instruction_or_a_camera():
+    cfg = validate(compose("config", ["task=pick_cube_color", "task.cameras=[front]", "policy=vla"]))
+    with pytest.raises(ConfigError, match="text observation 'instruction'.*task.language=true"):
+        check_buildable(cfg)
+    cfg = validate(compose("config", ["task=pick_cube_color", "task.language=true", "policy=vla"]))
+    with pytest.raises(ConfigError, match="at least one camera"):
+        check_buildable(cfg)
+
+
+def test_a_vla_is_served_to_two_robots_in_one_batch(env):
+    policy = tiny_vla(env)
+    server = PolicyServer(ChunkPolicyRunner(policy, env.observation_spec, 6, version=1))
+    clients = [RemoteClient(server.endpoint, f"robot-{i}", H, 6) for i in range(2)]
+    try:
+        for i, c in enumerate(clients):
+            obs, _ = env.reset(seed=i)
+            c.submit(ChunkRequest(i, 10, obs, np.zeros((0, 6), np.float32), planned_delay=0, robot_id=f"robot-{i}"))
+        time.sleep(0.2)  # both are waiting: one forward pass serves them
+        assert server.serve_once(1000) == 2
+        chunks = [c.poll(0, timeout_ms=2000)[0].actions for c in clients]
+    finally:
+        for c in clients:
+            c.close()
+        server.close()
+    assert list(server.batch_sizes) == [2] and all(a.shape == (H, 6) for a in chunks)
+    assert np.abs(np.stack(chunks)).max() <= 1.0
+
+
+def test_two_stage_the_trunk_never_sees_the_mid_observation_and_the_head_reads_only_its_state(env):
+    policy = tiny_vla(env, mid_observation=True).eval()
+    first, _ = env.reset(seed=0)
+    mid = {k: v.copy() for k, v in first.items()}
+    prefix, lens, k = np.zeros((1, D, 6), np.float32), np.array([2]), np.array([1])
+    features = policy.predict_trunk(one(first), prefix, lens, k)
+    # the trunk's features are computed from what is known at request time; nothing of mid enters them
+    again = policy.predict_trunk(one(first), prefix, lens, k)
+    torch.testing.assert_close(features, again)
+
+    def head(observation):
+        torch.manual_seed(7)  # the same flow noise
+        return policy.predict_head(features, one(observation), prefix, lens, k)
+
+    base = head(mid)
+    other_scene = {**mid, "front": 255 - mid["front"], "wrist": 255 - mid["wrist"],
+                   "instruction": encode_text("pick up the blue cube", INSTRUCTION_BYTES)}
+    np.testing.assert_array_equal(head(other_scene), base)   # images and words of the mid observation: not read
+    moved = {**mid, "state": mid["state"] + 5.0}
+    assert not np.allclose(head(moved), base)                # its state is: the chunk starts from it
+    share = policy.trunk_head_flops()["head_share"]
+    assert share < 0.05, share                               # the light head of late binding
+
+
+def test_bc_learns_to_act_on_the_colour_word(env):
+    """Chunks that depend on the instruction alone: the VLA has to read the colour word to fit them."""
+    rng = np.random.default_rng(0)
+    n, colours = 192, ["red", "green", "blue"]
+    target = {"red": 0.6, "green": 0.0, "blue": -0.6}
+    asked = [colours[i % 3] for i in range(n)]
+    obs, _ = env.reset(seed=0)
+    chunks = np.zeros((n, H, 6), np.float32)
+    chunks[:, :, 0] = np.array([target[c] for c in asked])[:, None]
+    data = ChunkDataset(np.repeat(obs["state"][None], n, 0), chunks, np.ones((n, H), np.float32), n, n,
+                        observations={
+                            "front": rng.integers(0, 256, (n, SIZE, SIZE, 3), dtype=np.uint8),
+                            "wrist": rng.integers(0, 256, (n, SIZE, SIZE, 3), dtype=np.uint8),
+                            "instruction": np.stack([encode_text(f"pick up the {c} cube", INSTRUCTION_BYTES)
+                                                     for c in asked])})
+    policy = tiny_vla(env)
+    losses = train_bc(policy, data, steps=250, batch_size=64, lr=2e-3)
+    assert np.mean(losses[-20:]) < 0.3 * np.mean(losses[:20])
+
+    def first_joint(sentence):
+        torch.manual_seed(0)
+        asked_obs = {**obs, "instruction": encode_text(sentence, INSTRUCTION_BYTES)}
+        return float(policy.predict_chunk(one(asked_obs), np.zeros((1, 0, 6)), np.zeros(1, np.int64))[0, :, 0].mean())
+
+    for colour, value in target.items():
+        assert abs(first_joint(f"pick up the {colour} cube") - value) < 0.2, colour
+
+
+def test_expert_demos_keep_the_observations_a_vla_reads_and_two_stage_bc_trains_on_them(env):
+    policy = tiny_vla(env, mid_observation=True)
+    data = expert_demos(env, 2, H, seed=3, past=D, keys=policy.observation_keys)
+    assert set(data.observations) == {"instruction", "front", "wrist"}
+    assert data.observations["front"].shape == (len(data.states), SIZE, SIZE, 3)
+    assert data.past_index.shape == (len(data.states), D + 1)
+    losses = train_bc(policy, data, steps=5, batch_size=16)
+    assert np.isfinite(losses).all()
+
+
+def test_recorded_instructions_come_back_as_the_observation_and_habc_trains_the_vla_on_them(env, tmp_path):
+    result = record(env, 2, tmp_path / "demos", "local/vla", fps=25, seed=5)
+    expected = []
+    for seed in (5, 6):
+        env.reset(seed=seed)
+        expected.append(env.instruction)
+    buffer = ReplayBuffer(tmp_path / "buffer", env.observation_spec, env.action_spec)
+    assert import_lerobot(buffer, tmp_path / "demos", "local/vla") == 2
+    said = {decode_text(d["obs.instruction"][0]) for _, d in buffer.iter_episodes()}
+    assert said == set(expected)
+    assert result.frames == sum(buffer.partition_sizes().values())
+    algo = HABC(tiny_vla(env), HABCConfig(warmup=2, value_hidden_dims=[16]))
+    batch = algo.sample_batch(buffer, env.action_spec, 8)
+    assert batch["observation"]["front"].dtype == torch.uint8 and batch["observation"]["instruction"].shape == (
+        8, INSTRUCTION_BYTES)
+    before = {k: v.clone() for k, v in algo.actor.state_dict().items()}
+    algo.update(batch)
+    after = algo.actor.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before if k.startswith(("text.", "vision.")))
+    state_only = sample_chunk_windows(buffer, env.action_spec, 4, H)
+    assert "observation" not in state_only
