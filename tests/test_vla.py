@@ -11,6 +11,7 @@ import torch
 
 from robolearn.buffer.lerobot_io import import_lerobot
 from robolearn.buffer.replay_buffer import ReplayBuffer
+from robolearn.checkpoint import Checkpoint, save_checkpoint
 from robolearn.config import ConfigError, check_buildable, compose, validate
 from robolearn.inference.client import RemoteClient
 from robolearn.inference.protocol import ChunkRequest
@@ -18,7 +19,9 @@ from robolearn.inference.runner import ChunkPolicyRunner
 from robolearn.inference.server import PolicyServer
 from robolearn.learner.bc import ChunkDataset, expert_demos, train_bc
 from robolearn.learner.chunk_batch import sample_chunk_windows
+from robolearn.learner.dsrl import DSRL, DSRLConfig
 from robolearn.learner.habc import HABC, HABCConfig
+from robolearn.policies.dsrl import DSRLPolicy, DSRLPolicyConfig
 from robolearn.policies.vla import VLAPolicy, VLAPolicyConfig
 from robolearn.record import record
 from robolearn.sim.cube_tasks import INSTRUCTION_BYTES, PickCubeColorConfig, PickCubeEnv
@@ -36,11 +39,24 @@ def env():
     e.close()
 
 
+def tiny_config(**extra) -> VLAPolicyConfig:
+    return VLAPolicyConfig(chunk_horizon=H, max_prefix=D, hidden_dims=[64, 64], fuse_dims=[64], text_features=32,
+                           camera_features=16, trunk_features=32, head_dims=[32], flow_steps=4, **extra)
+
+
 def tiny_vla(env, seed=0, **extra):
     torch.manual_seed(seed)
-    config = VLAPolicyConfig(chunk_horizon=H, max_prefix=D, hidden_dims=[64, 64], fuse_dims=[64], text_features=32,
-                             camera_features=16, trunk_features=32, head_dims=[32], flow_steps=4, **extra)
-    return VLAPolicy(env.observation_spec, env.action_spec, config)
+    return VLAPolicy(env.observation_spec, env.action_spec, tiny_config(**extra))
+
+
+@pytest.fixture(scope="module")
+def demo_buffer(env, tmp_path_factory):
+    """Two recorded expert episodes (LeRobotDataset, the instruction as its task string) imported into a buffer."""
+    root = tmp_path_factory.mktemp("vla")
+    result = record(env, 2, root / "demos", "local/vla", fps=25, seed=5)
+    buffer = ReplayBuffer(root / "buffer", env.observation_spec, env.action_spec)
+    assert import_lerobot(buffer, root / "demos", "local/vla") == 2
+    return buffer, result
 
 
 def one(obs):
@@ -170,14 +186,12 @@ def test_expert_demos_keep_the_observations_a_vla_reads_and_two_stage_bc_trains_
     assert np.isfinite(losses).all()
 
 
-def test_recorded_instructions_come_back_as_the_observation_and_habc_trains_the_vla_on_them(env, tmp_path):
-    result = record(env, 2, tmp_path / "demos", "local/vla", fps=25, seed=5)
+def test_recorded_instructions_come_back_as_the_observation_and_habc_trains_the_vla_on_them(env, demo_buffer):
+    buffer, result = demo_buffer
     expected = []
     for seed in (5, 6):
         env.reset(seed=seed)
         expected.append(env.instruction)
-    buffer = ReplayBuffer(tmp_path / "buffer", env.observation_spec, env.action_spec)
-    assert import_lerobot(buffer, tmp_path / "demos", "local/vla") == 2
     said = {decode_text(d["obs.instruction"][0]) for _, d in buffer.iter_episodes()}
     assert said == set(expected)
     assert result.frames == sum(buffer.partition_sizes().values())
@@ -191,3 +205,30 @@ def test_recorded_instructions_come_back_as_the_observation_and_habc_trains_the_
     assert any(not torch.equal(before[k], after[k]) for k in before if k.startswith(("text.", "vision.")))
     state_only = sample_chunk_windows(buffer, env.action_spec, 4, H)
     assert "observation" not in state_only
+
+
+def test_dsrl_steers_a_frozen_vla_from_its_own_features_and_never_changes_it(env, demo_buffer, tmp_path):
+    buffer, _ = demo_buffer
+    vla = tiny_vla(env, seed=1)
+    path = tmp_path / "bc" / "checkpoints" / "latest.pt"
+    save_checkpoint(path, Checkpoint({"actor": vla.state_dict()}, 1, 0, {}, torch.get_rng_state()))
+    policy = DSRLPolicy(env.observation_spec, env.action_spec, DSRLPolicyConfig(
+        base=tiny_config(name="vla"), base_checkpoint=str(path), hidden_dims=[32, 32]))
+    algo = DSRL(policy, DSRLConfig(critic_hidden_dims=[32, 32]))
+    frozen = {k: v.clone() for k, v in vla.state_dict().items()}
+    assert all(torch.equal(v, frozen[k]) for k, v in policy.base.state_dict().items())  # loaded
+    state_dim = env.observation_spec.arrays["state"].shape[0]
+    assert policy.context_dim == policy.base.encoded_dim + state_dim
+    noise_before = {k: v.clone() for k, v in policy.noise_actor.state_dict().items()}
+    for _ in range(3):
+        metrics = algo.update(algo.sample_batch(buffer, env.action_spec, 8))
+    assert all(np.isfinite(v) for v in metrics.values())
+    assert all(torch.equal(v, frozen[k]) for k, v in policy.base.state_dict().items())  # bit for bit
+    assert any(not torch.equal(v, noise_before[k]) for k, v in policy.noise_actor.state_dict().items())
+    # the noise policy's context holds what was asked: the same scene asked for another colour differs
+    obs, _ = env.reset(seed=0)
+    asked = [{**obs, "instruction": encode_text(f"pick up the {c} cube", INSTRUCTION_BYTES)} for c in ("red", "blue")]
+    contexts = [policy.context(policy.base.observation_tensors(one(o))) for o in asked]
+    assert not torch.allclose(*contexts)
+    chunk = policy.predict_chunk(one(obs), np.zeros((1, 0, 6), np.float32), np.zeros(1, np.int64))
+    assert chunk.shape == (1, H, 6) and np.abs(chunk).max() <= 1.0

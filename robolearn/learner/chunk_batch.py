@@ -32,8 +32,8 @@ def observation_keys(policy: object) -> tuple[str, ...]:
 def require_bc_policy(policy: object, algo: str) -> None:
     """The BC learners train a chunk policy by weighted imitation; say which policies those are when it is not."""
     if not all(hasattr(policy, name) for name in BC_POLICY):
-        raise ValueError(f"algo={algo} trains a chunk policy by weighted BC: policy=flow_chunk, or policy=lerobot "
-                         f"built by policy.type; got {type(policy).__name__}" + (
+        raise ValueError(f"algo={algo} trains a chunk policy by weighted BC: policy=flow_chunk, policy=vla, or "
+                         f"policy=lerobot built by policy.type; got {type(policy).__name__}" + (
                              " (a lerobot folder's policy, policy.path, is served as saved by the standalone policy "
                              "server, python -m robolearn.runtime.policy_server, not trained)"
                              if isinstance(policy, LerobotFolderPolicy) else ""))

@@ -11,7 +11,8 @@ pi_W the noise policy (w = b * tanh(u), u ~ N(mu(s), sigma(s))):
 The critic scores executed actions, not noise: transitions need no record of the noise behind them, and
 demonstration and intervention steps (RLPD's ``demo_ratio``) are scored like any other. F's parameters are outside
 every optimiser and get no gradient; only pi_W and the critics learn, so the flow policy's weights stay
-bit-identical. s enters the critic as pi_W's normalised state. The critic ensemble, target, temperature and
+bit-identical. s enters pi_W and the critic as the policy's normalised context c(s) (``DSRLPolicy.context``: the
+state, or for a VLA base its frozen trunk features beside the state). The critic ensemble, target, temperature and
 optimiser step are SAC's (``learner.sac``).
 """
 
@@ -36,6 +37,8 @@ from robolearn.learner.sac import (
 )
 from robolearn.policies.dsrl import DSRLPolicy
 from robolearn.specs import ActionSpec
+
+Observation = torch.Tensor | dict[str, torch.Tensor]  # the state, or every observation the base reads
 
 
 @dataclass
@@ -88,7 +91,7 @@ class DSRL:
         self.actor = policy
         act_dim = policy.horizon * policy.action_dim
         device = module_device(policy)
-        self.critic, self.critic_target = critic_and_target(policy.obs_dim, act_dim, config.num_critics,
+        self.critic, self.critic_target = critic_and_target(policy.context_dim, act_dim, config.num_critics,
                                                             config.critic_hidden_dims, device)
         self.target_entropy = -act_dim / 2  # the noise has as many elements as the chunk
         self.temperature = Temperature(config.init_temperature, self.target_entropy, config.temperature_lr)
@@ -101,39 +104,43 @@ class DSRL:
         self._last_actor_metrics: dict[str, float] = {}
 
     def sample_batch(self, buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: int) -> dict[str, torch.Tensor]:
-        """SAC's H-step windows on the state: obs (B, S), action (B, H * A), reward (B,), discount (B,), next_obs."""
-        return sample_windows(buffer, action_spec, batch_size, self.actor.horizon, self.cfg.gamma, self.cfg.demo_ratio)
+        """SAC's H-step windows: obs (B, S), action (B, H * A), reward (B,), discount (B,), next_obs; obs and next_obs
+        are dicts of every observation the base reads when that is more than the state (a VLA's)."""
+        return sample_windows(buffer, action_spec, batch_size, self.actor.horizon, self.cfg.gamma, self.cfg.demo_ratio,
+                              keys=self.actor.observation_keys[1:])
 
-    def policy_actions(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """a = F(s, w), w ~ pi_W(s): the chunk (B, H * A) and log pi_W(w|s) (B,), differentiable in pi_W."""
-        noise, log_prob = self.actor.noise(state)
-        return self.actor.actions(state, noise).flatten(1), log_prob
+    def policy_actions(self, obs: Observation, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """a = F(s, w), w ~ pi_W(c(s)): the chunk (B, H * A) and log pi_W(w|s) (B,), differentiable in pi_W."""
+        noise, log_prob = self.actor.noise(context)
+        return self.actor.actions(obs, noise).flatten(1), log_prob
 
     @torch.no_grad()
-    def td_target(self, reward: torch.Tensor, discount: torch.Tensor, next_state: torch.Tensor,
+    def td_target(self, reward: torch.Tensor, discount: torch.Tensor, next_obs: Observation,
                   alpha: float) -> torch.Tensor:
         """y (B,) = r + discount * (min over a random subset of Q'(s', F(s', w')) - alpha log pi_W(w'|s'))."""
-        next_action, next_log_prob = self.policy_actions(next_state)
-        target_q = subset_min(self.critic_target(self.actor.normalise(next_state), next_action), self.cfg.critic_subset,
+        context = self.actor.context(next_obs)
+        next_action, next_log_prob = self.policy_actions(next_obs, context)
+        target_q = subset_min(self.critic_target(self.actor.normalise(context), next_action), self.cfg.critic_subset,
                               self.generator)
         return reward + discount * (target_q - alpha * next_log_prob)
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-        """One critic step (and maybe an actor step): obs (B, S), action (B, H * A) in [-1, 1], reward (B,),
-        discount (B,), next_obs (B, S)."""
+        """One critic step (and maybe an actor step): obs (B, S) (or the dict of what the base reads), action
+        (B, H * A) in [-1, 1], reward (B,), discount (B,), next_obs like obs."""
         obs, action, reward, discount, next_obs = (
             batch["obs"], batch["action"], batch["reward"], batch["discount"], batch["next_obs"])
         alpha = self.temperature.alpha
-        self.actor.normalise.update(obs)  # pi_W's running statistics; the base's are frozen with it
+        context = self.actor.context(obs)
+        self.actor.normalise.update(context)  # pi_W's running statistics; the base's are frozen with it
 
-        feat = self.actor.normalise(obs)
+        feat = self.actor.normalise(context)
         y = self.td_target(reward, discount, next_obs, alpha)
         metrics = critic_step(self.critic_opt, self._critic_params, self.critic, self.critic_target, feat, action, y,
                               self.cfg.tau, self.cfg.grad_clip_norm)
         self.num_updates += 1
 
         if self.num_updates % self.cfg.actor_update_every == 0:
-            new_action, log_prob = self.policy_actions(obs)  # the gradient reaches pi_W through F
+            new_action, log_prob = self.policy_actions(obs, context)  # the gradient reaches pi_W through F
             self._last_actor_metrics = actor_step(self.actor_opt, self._actor_params, self.critic, self.temperature,
                                                   feat, new_action, log_prob, alpha, self.cfg.grad_clip_norm)
         metrics.update(self._last_actor_metrics)

@@ -161,12 +161,13 @@ def optimiser_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, params:
 
 
 def sample_windows(buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: int, horizon: int, gamma: float,
-                   demo_ratio: float, cameras: tuple[str, ...] | list[str] = (),
+                   demo_ratio: float, keys: tuple[str, ...] | list[str] = (),
                    image_shift_pad: int = 0) -> dict[str, torch.Tensor]:
     """One batch of H-step windows (RLPD: ``demo_ratio`` of it from demo and intervention steps, pooled by size, the
     rest online; all online while there are none): obs (B, D), action (B, H * A) in [-1, 1], reward (B,) H-step
-    return, discount (B,), next_obs (B, D). With ``cameras`` obs and next_obs are {"state": (B, D), camera: uint8
-    (B, H, W, 3)}, each frame shifted by up to ``image_shift_pad`` pixels with the replay generator."""
+    return, discount (B,), next_obs (B, D). With ``keys`` (cameras, an instruction) obs and next_obs are
+    {"state": (B, D), key: (B, ...)}, each camera frame (uint8 (B, H, W, 3)) shifted by up to ``image_shift_pad``
+    pixels with the replay generator."""
     sizes = buffer.partition_sizes()
     offline = sizes["demo"] + sizes["intervention"]
     mix = None
@@ -179,13 +180,15 @@ def sample_windows(buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: in
              "discount": torch.from_numpy(drawn["discount"])}
     for side in ("obs", "next_obs"):
         state = torch.from_numpy(drawn[f"{side}.state"])
-        if not cameras:
+        if not keys:
             batch[side] = state
             continue
         batch[side] = {"state": state}
-        for k in cameras:
-            frames = torch.from_numpy(np.ascontiguousarray(drawn[f"{side}.{k}"]))
-            batch[side][k] = random_shift(frames, buffer.rng, image_shift_pad) if image_shift_pad else frames
+        for k in keys:
+            values = torch.from_numpy(np.ascontiguousarray(drawn[f"{side}.{k}"]))
+            is_frame = values.dim() == 4
+            batch[side][k] = random_shift(values, buffer.rng, image_shift_pad) if image_shift_pad and is_frame \
+                else values
     return batch
 
 

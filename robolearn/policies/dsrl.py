@@ -3,12 +3,15 @@
     w ~ pi_W(.|s) = b * tanh(N(mu(s), sigma(s)))     (B, H * A), the noise the flow starts from (b = noise_bound)
     a = F(s, w)                                       (B, H, A), the frozen policy's Euler integration from w
 
-``base`` is a ``flow_chunk`` policy trained before (behaviour cloning, HABC, Hi-ORS) and never changed here: its
-parameters do not require gradients and no optimiser holds them; ``algo=dsrl`` loads them from
-``policy.base_checkpoint`` and trains only the noise policy pi_W (``noise_actor``, a tanh-Gaussian MLP on the state,
-the same network as ``policy=mlp``). With pi_W's mean at 0 and b large the policy is close to the base's own
-sampling; pi_W learns which noise makes the frozen policy succeed. F is deterministic and differentiable in w, so a
-critic on executed actions Q(s, a) gives the noise policy its gradient through F.
+``base`` is a ``flow_chunk`` or ``vla`` policy trained before (behaviour cloning, HABC, Hi-ORS; ``policy.base.name``)
+and never changed here: its parameters do not require gradients and no optimiser holds them; ``algo=dsrl`` loads
+them from ``policy.base_checkpoint`` and trains only the noise policy pi_W (``noise_actor``, a tanh-Gaussian MLP, the
+same network as ``policy=mlp``) on the context c(s): the state for a flow base; for a VLA base the frozen VLA's own
+trunk features of the observation (instruction, cameras, state) beside the state, c(s) = [e(s); s], so the noise
+policy and the critic know what was asked and what the cameras see without an encoder of their own. With pi_W's
+mean at 0 and b large the policy is close to the base's own sampling; pi_W learns which noise makes the frozen
+policy succeed. F is deterministic and differentiable in w, so a critic on executed actions Q(s, a) gives the noise
+policy its gradient through F.
 
 Serving (``predict_chunk``) is the base's: prefix-conditioned, the committed actions clamped at every Euler step,
 with the noise drawn from pi_W (its mean with ``explore=False``) instead of N(0, I).
@@ -22,9 +25,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from robolearn.policies.flow_chunk import FlowChunkPolicy, FlowChunkPolicyConfig
-from robolearn.policies.mlp import GaussianChunkPolicy, MLPPolicyConfig
+from robolearn.policies.flow_chunk import FlowChunkPolicy
+from robolearn.policies.mlp import GaussianChunkPolicy, MLPPolicyConfig, state_vector_spec
+from robolearn.policies.vla import VLAPolicy, VLAPolicyConfig
 from robolearn.specs import ActionSpec, ArraySpec, ObservationSpec
+
+BASES = {"flow_chunk": FlowChunkPolicy, "vla": VLAPolicy}
 
 
 @dataclass
@@ -32,7 +38,9 @@ class DSRLPolicyConfig:
     """``policy=dsrl``: ``base.*`` must be the trained flow policy's settings (its run's config.yaml, policy)."""
 
     name: str = "dsrl"
-    base: FlowChunkPolicyConfig = field(default_factory=FlowChunkPolicyConfig)
+    # the frozen policy: base.name flow_chunk (its keys) or vla (its keys too; the VLA-only ones are unused by a flow)
+    base: VLAPolicyConfig = field(default_factory=lambda: VLAPolicyConfig(name="flow_chunk",
+                                                                          hidden_dims=[512, 512, 512]))
     base_checkpoint: str = ""      # the flow policy's weights: a robolearn checkpoint (runs/<bc run>/checkpoints/
                                    # latest.pt); algo=dsrl loads them at the run's first start
     noise_bound: float = 1.5       # b: the noise policy's output is in [-b, b] per element
@@ -41,6 +49,8 @@ class DSRLPolicyConfig:
     log_std_max: float = 2.0
 
     def __post_init__(self) -> None:
+        if self.base.name not in BASES:
+            raise ValueError(f"policy.base.name must be one of {sorted(BASES)}, got {self.base.name!r}")
         if self.base.mid_observation:
             raise ValueError("policy.base.mid_observation must be false: DSRL steers a one-stage flow policy")
         if self.noise_bound <= 0:
@@ -57,17 +67,43 @@ class DSRLPolicy(nn.Module):
     def __init__(self, obs_spec: ObservationSpec, action_spec: ActionSpec, config: DSRLPolicyConfig) -> None:
         super().__init__()
         self.config = config
-        self.base = FlowChunkPolicy(obs_spec, action_spec, config.base).requires_grad_(False)
+        self.base = BASES[config.base.name](obs_spec, action_spec, config.base).requires_grad_(False).eval()
         self.horizon, self.action_dim, self.obs_dim = self.base.horizon, self.base.action_dim, self.base.obs_dim
+        self.observation_keys = tuple(getattr(self.base, "observation_keys", ("state",)))
+        self._reads_more = self.observation_keys != ("state",)
         noise_dim = self.horizon * self.action_dim
         noise_spec = ActionSpec(ArraySpec((noise_dim,), low=(-1.0,) * noise_dim, high=(1.0,) * noise_dim))
-        self.noise_actor = GaussianChunkPolicy(obs_spec, noise_spec, MLPPolicyConfig(
+        self.noise_actor = GaussianChunkPolicy(self._context_spec(obs_spec), noise_spec, MLPPolicyConfig(
             hidden_dims=config.hidden_dims, log_std_min=config.log_std_min, log_std_max=config.log_std_max,
             use_cameras=False))
+        self.context_dim = self.noise_actor.obs_dim
+
+    def _context_spec(self, obs_spec: ObservationSpec) -> ObservationSpec:
+        """What pi_W and the critic read: the state, or [e(s); s] for a base that reads more (e unbounded: its
+        elements are standardised by running statistics)."""
+        if not self._reads_more:
+            return obs_spec
+        state = state_vector_spec(obs_spec)
+        e = self.base.encoded_dim
+        return ObservationSpec({"state": ArraySpec((e + state.size,), low=(-np.inf,) * e + tuple(state.low),
+                                                   high=(np.inf,) * e + tuple(state.high))})
+
+    def train(self, mode: bool = True) -> DSRLPolicy:
+        """The base stays in eval mode (no training-time augmentation: it is frozen)."""
+        super().train(mode)
+        self.base.eval()
+        return self
+
+    @torch.no_grad()
+    def context(self, obs: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
+        """c(s) (B, C): the raw state (B, S), or [e(s); s] with e the frozen base's trunk features."""
+        if not self._reads_more:
+            return obs if isinstance(obs, torch.Tensor) else obs["state"]
+        return torch.cat([self.base.encode(obs), obs["state"]], dim=-1)
 
     @property
     def normalise(self) -> nn.Module:
-        """pi_W's state normaliser, whose running statistics the learner updates (the base's are frozen with it)."""
+        """pi_W's context normaliser, whose running statistics the learner updates (the base's are frozen)."""
         return self.noise_actor.normalise
 
     def load_base(self, weights: dict[str, torch.Tensor]) -> None:
@@ -79,29 +115,30 @@ class DSRLPolicy(nn.Module):
                              f"{str(exc).splitlines()[-1].strip()} (set policy.base.* to that run's policy settings, "
                              "its config.yaml's policy section)") from None
 
-    def noise(self, state: torch.Tensor, explore: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-        """w (B, H, A) in [-b, b] and log pi_W(w|s) (B,) (exploring: a reparameterised sample; else the mean)."""
-        feat = self.noise_actor.features(state)
+    def noise(self, context: torch.Tensor, explore: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """w (B, H, A) in [-b, b] and log pi_W(w|s) (B,) from the context c(s) (B, C) (exploring: a
+        reparameterised sample; else the mean)."""
+        feat = self.noise_actor.features(context)
         if explore:
             u, log_prob = self.noise_actor.sample_features(feat)
         else:
-            u, log_prob = torch.tanh(self.noise_actor.head(feat)[0]), state.new_zeros(state.shape[0])
+            u, log_prob = torch.tanh(self.noise_actor.head(feat)[0]), context.new_zeros(context.shape[0])
         b = self.config.noise_bound  # w = b * u: log pi_W(w) = log pi(u) - dim * log b (a constant)
         return b * u.view(-1, self.horizon, self.action_dim), log_prob - u.shape[-1] * float(np.log(b))
 
-    def actions(self, state: torch.Tensor, noise: torch.Tensor, prefix: torch.Tensor | None = None,
-                prefix_len: torch.Tensor | None = None) -> torch.Tensor:
+    def actions(self, obs: torch.Tensor | dict[str, torch.Tensor], noise: torch.Tensor,
+                prefix: torch.Tensor | None = None, prefix_len: torch.Tensor | None = None) -> torch.Tensor:
         """a = F(s, w): the base's chunk (B, H, A) from ``noise``, differentiable in it."""
-        return self.base.chunk_from_noise(state, noise, prefix, prefix_len)
+        return self.base.chunk_from_noise(obs, noise, prefix, prefix_len)
 
     def predict_chunk(self, observations: dict[str, np.ndarray], prefix: np.ndarray, prefix_len: np.ndarray,
                       explore: bool = False) -> np.ndarray:
-        """The serving interface: {"state": (B, S)}, prefix (B, D', A), prefix_len (B,) -> chunks (B, H, A) in
-        [-1, 1], as float32 numpy."""
+        """The serving interface: {"state": (B, S)} (and what the base reads), prefix (B, D', A), prefix_len (B,)
+        -> chunks (B, H, A) in [-1, 1], as float32 numpy."""
         with torch.no_grad():
-            state = torch.as_tensor(observations["state"], dtype=torch.float32)
-            w, _ = self.noise(state, explore)
-            out = self.actions(state, w, torch.as_tensor(prefix, dtype=torch.float32),
+            obs = self.base.observation_tensors(observations)
+            w, _ = self.noise(self.context(obs), explore)
+            out = self.actions(obs, w, torch.as_tensor(prefix, dtype=torch.float32),
                                torch.as_tensor(prefix_len, dtype=torch.long))
         return out.numpy().astype(np.float32)
 

@@ -107,7 +107,7 @@ class FlowChunkPolicy(nn.Module):
         self.max_prefix = config.max_prefix
         self.takes_mid_observation = config.mid_observation
         self.normalise = ObsNormaliser(obs_spec)
-        encoded = self._build_encoder(obs_spec)
+        encoded = self.encoded_dim = self._build_encoder(obs_spec)
         n_chunk = self.horizon * self.action_dim
         self._time_dist = torch.distributions.Beta(torch.tensor(1.5), torch.tensor(1.0))
         flow_in = n_chunk + self.horizon * (1 + 2 * TIME_FREQS)   # the tau-gated chunk and its time features

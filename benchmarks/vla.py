@@ -1,0 +1,209 @@
+"""The VLA (``policy=vla``) on pick_cube_color from images and instructions: success per colour, on paraphrases
+never seen in training, and its inference time through the policy server.
+
+    make bench-vla        (python benchmarks/vla.py [--policies 3] [--demos 300] [--bc-steps 3000] [--episodes 100])
+
+Task: ``pick_cube_color`` with ``task.language=true`` (the instruction is an observation, no one-hot) and
+``task.scene_state=false`` (the state is the arm's joints and grasp point only: where the three cubes are comes
+from the front and wrist cameras, 64 px, without shadows), domain randomisation on (colours, friction, light).
+
+1. The scripted expert records ``--demos`` episodes (seeds from 100000), each with an instruction drawn from
+   TRAIN_TEMPLATES ("pick up the red cube", "lift the red cube", ...). ``--policies`` VLAs are behaviour-cloned on
+   them (``learner.bc.train_bc``; seed i sets the initial weights and the batch order).
+2. Each policy runs ``--episodes`` evaluation episodes on seeds from 900000 (never used while developing: that was
+   seeds 50000..50199) through the actors' episode loop and chunk executor, sync mode (the robot holds while each
+   chunk is computed, zero simulated inference time, the first ``EXECUTE`` actions of each chunk executed):
+   ``vla_success`` (median over policies, per colour too), then the same seeds with PARAPHRASES, 12 per colour,
+   none of them in the training data (other verbs, nouns, and colour words such as "crimson" or "navy"):
+   ``vla_paraphrase_success``.
+3. ``vla_inference_ms``: one policy behind the real policy server (``inference.server.PolicyServer``) over zmq,
+   ``--rtt-requests`` requests from 1 robot and then from 4 robots at once (one batch of 4), p50 / p99 of the
+   round trip seen by the robots' clients.
+
+Goals (issue 18): ``vla_success`` >= 0.8, ``vla_paraphrase_success`` >= 0.7 (medians over policies).
+``dsrl_success_gain`` is not measured here yet (DSRL on a VLA base is not built).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import goal, run_command, write_result  # noqa: E402
+
+from robolearn.actor.chunking import ChunkExecutor, ChunkingConfig  # noqa: E402
+from robolearn.actor.episode import EpisodeLoop, SeedTorch  # noqa: E402
+from robolearn.clock import DelaySampler, SimClock  # noqa: E402
+from robolearn.inference.client import RemoteClient, SimulatedLatencyClient  # noqa: E402
+from robolearn.inference.protocol import ChunkRequest  # noqa: E402
+from robolearn.inference.runner import ChunkPolicyRunner  # noqa: E402
+from robolearn.inference.server import PolicyServer  # noqa: E402
+from robolearn.learner.bc import expert_demos, train_bc  # noqa: E402
+from robolearn.policies.vla import VLAPolicy, VLAPolicyConfig  # noqa: E402
+from robolearn.sim.cube_tasks import PickCubeColorConfig, PickCubeEnv  # noqa: E402
+
+COLOURS = ["red", "green", "blue"]
+TRAIN_TEMPLATES = ["pick up the {} cube", "lift the {} cube", "pick the {} cube up", "raise the {} cube"]
+PARAPHRASES = {  # never in the training data: other words for the colour, the action and the object
+    "red": ["grab the crimson block", "take the scarlet cube", "get the ruby one", "hold up the red block",
+            "please grab the red box", "seize the crimson cube", "pick the scarlet block", "fetch the red object",
+            "lift up the ruby block", "grab the cherry red cube", "collect the red brick", "snatch the crimson one"],
+    "green": ["grab the emerald block", "take the lime cube", "get the jade one", "hold up the green block",
+              "please grab the green box", "seize the emerald cube", "pick the lime block", "fetch the green object",
+              "lift up the jade block", "grab the olive green cube", "collect the green brick",
+              "snatch the emerald one"],
+    "blue": ["grab the navy block", "take the azure cube", "get the cobalt one", "hold up the blue block",
+             "please grab the blue box", "seize the navy cube", "pick the azure block", "fetch the blue object",
+             "lift up the cobalt block", "grab the sapphire cube", "collect the blue brick", "snatch the navy one"],
+}
+H, EXECUTE = 10, 5
+DEMO_SEED, EVAL_SEED = 100_000, 900_000
+CAMERA_SIZE = 64
+POLICY = VLAPolicyConfig(chunk_horizon=H, max_prefix=0)
+
+
+def make_env(instructions: dict[str, list[str]], scene_state: bool) -> PickCubeEnv:
+    return PickCubeEnv(PickCubeColorConfig(language=True, scene_state=scene_state, cameras=["front", "wrist"],
+                                           camera_size=CAMERA_SIZE, camera_shadows=False, instructions=instructions))
+
+
+def evaluate(env: PickCubeEnv, runner: ChunkPolicyRunner, episodes: int, first_seed: int) -> dict:
+    """Success over ``episodes`` episodes seeded from ``first_seed`` (sync, zero inference ticks), overall and per
+    asked colour."""
+    clock = SimClock(DelaySampler("fixed", ticks=0))
+    cfg = ChunkingConfig(mode="sync", splice="replace", max_prefix=0, execute_horizon=EXECUTE)
+    executor = ChunkExecutor(SimulatedLatencyClient(runner, clock), env.action_spec, H, cfg)
+    loop = EpisodeLoop(env, executor, clock, subscribers=[SeedTorch()])  # the actors' episode loop
+    per: dict[str, list[bool]] = {c: [] for c in COLOURS}
+    for ep in range(episodes):
+        r = loop.run(seed=first_seed + ep, episode_id=ep)
+        per[env.target].append(bool(r.success))
+    n = sum(len(v) for v in per.values())
+    return {"success": sum(sum(v) for v in per.values()) / n,
+            "per_colour": {c: round(sum(v) / len(v), 4) if v else None for c, v in per.items()},
+            "episodes_per_colour": {c: len(v) for c, v in per.items()}}
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q))
+
+
+def inference_ms(policy: VLAPolicy, env: PickCubeEnv, requests: int, first_seed: int) -> dict:
+    """Round trips through the policy server over zmq, from 1 robot and from 4 at once (one batch of 4)."""
+    server = PolicyServer(ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim))
+    out = {}
+    try:
+        for robots in (1, 4):
+            clients = [RemoteClient(server.endpoint, f"robot-{i}", H, env.action_spec.dim) for i in range(robots)]
+            observations = [env.reset(seed=first_seed + i)[0] for i in range(robots)]
+            times, sizes = [], []
+            try:
+                for n in range(requests + 3):  # the first 3 warm up
+                    t0 = time.perf_counter()
+                    for i, c in enumerate(clients):
+                        c.submit(ChunkRequest(n, n, observations[i], np.zeros((0, env.action_spec.dim), np.float32),
+                                              planned_delay=0, robot_id=f"robot-{i}"))
+                    served = 0
+                    while served < robots:  # all requests are queued before the server looks: one batch
+                        served += server.serve_once(1000)
+                    for c in clients:
+                        c.poll(n, timeout_ms=5000)
+                    if n >= 3:
+                        times.append((time.perf_counter() - t0) * 1000)
+                sizes = list(server.batch_sizes)[-requests:]
+            finally:
+                for c in clients:
+                    c.close()
+            out[f"batch_{robots}"] = {"p50": round(percentile(times, 50), 2), "p99": round(percentile(times, 99), 2),
+                                      "requests": requests, "batch_sizes": sorted(set(sizes))}
+    finally:
+        server.close()
+    return out
+
+
+def median_min_max(values: list[float]) -> dict:
+    return {"median": round(statistics.median(values), 4), "min": round(min(values), 4),
+            "max": round(max(values), 4), "per_policy": [round(v, 4) for v in values]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--policies", type=int, default=3)
+    ap.add_argument("--demos", type=int, default=300)
+    ap.add_argument("--bc-steps", type=int, default=3000)
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--episodes", type=int, default=100)
+    ap.add_argument("--rtt-requests", type=int, default=200)
+    ap.add_argument("--eval-seed", type=int, default=EVAL_SEED, help="first evaluation seed (development: 50000)")
+    ap.add_argument("--scene", choices=["cameras", "state"], default="cameras",
+                    help="where the cubes' poses come from: the cameras alone, or the state too (task.scene_state)")
+    args = ap.parse_args()
+    if args.policies < 3 and args.eval_seed == EVAL_SEED:
+        ap.error("--policies must be >= 3 for the figures (medians over policies)")
+    torch.set_num_threads(2)
+    train = {c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}
+    env = make_env(train, args.scene == "state")
+    t0 = time.perf_counter()
+    keys = ("instruction", "front", "wrist")
+    data = expert_demos(env, args.demos, H, seed=DEMO_SEED, keys=keys, log_every=50)
+    print(f"{args.demos} expert demos ({data.successes} successful, {len(data.states)} frames, "
+          f"{time.perf_counter() - t0:.0f} s)", flush=True)
+    said = {bytes(row).split(b"\0")[0].decode() for row in data.observations["instruction"]}
+    heard = {p for ps in PARAPHRASES.values() for p in ps} & said
+    assert not heard, f"paraphrases in the training data: {heard}"
+    paraphrase_env = make_env(PARAPHRASES, args.scene == "state")
+    results, bc, policies = [], [], []
+    for seed in range(args.policies):
+        torch.manual_seed(seed)  # the initial weights
+        policy = VLAPolicy(env.observation_spec, env.action_spec, POLICY)
+        t1 = time.perf_counter()
+        losses = train_bc(policy, data, args.bc_steps, batch_size=args.batch_size, seed=seed,
+                          log_every=max(1, args.bc_steps // 10))
+        bc.append({"seed": seed, "final_loss": round(float(np.mean(losses[-100:])), 4),
+                   "seconds": round(time.perf_counter() - t1, 1)})
+        runner = ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim)
+        t1 = time.perf_counter()
+        trained = evaluate(env, runner, args.episodes, args.eval_seed)
+        paraphrased = evaluate(paraphrase_env, runner, args.episodes, args.eval_seed)
+        results.append({"seed": seed, "trained_instructions": trained, "paraphrases": paraphrased,
+                        "eval_seconds": round(time.perf_counter() - t1, 1)})
+        policies.append(policy)
+        print(f"policy {seed}: bc loss {bc[-1]['final_loss']} ({bc[-1]['seconds']:.0f} s); success "
+              f"{trained['success']:.2f} {trained['per_colour']}, paraphrases {paraphrased['success']:.2f} "
+              f"{paraphrased['per_colour']} ({results[-1]['eval_seconds']:.0f} s)", flush=True)
+    latency = inference_ms(policies[0], env, args.rtt_requests, args.eval_seed)
+    print(f"inference through the server: {latency}", flush=True)
+    env.close()
+    paraphrase_env.close()
+    success = median_min_max([r["trained_instructions"]["success"] for r in results])
+    para = median_min_max([r["paraphrases"]["success"] for r in results])
+    per_colour = {c: median_min_max([r["trained_instructions"]["per_colour"][c] or 0.0 for r in results])
+                  for c in COLOURS}
+    para_colour = {c: median_min_max([r["paraphrases"]["per_colour"][c] or 0.0 for r in results]) for c in COLOURS}
+    command = run_command(ap, args, "bench-vla", "vla.py")
+    goals = [goal("vla_success", success["median"], ">=", 0.8),
+             goal("vla_paraphrase_success", para["median"], ">=", 0.7),
+             goal("dsrl_success_gain", None, ">=", 0.15)]
+    path = write_result("vla", command, goals, task="pick_cube_color (language, scene from cameras)",
+                        success=success, success_per_colour=per_colour, paraphrase_success=para,
+                        paraphrase_success_per_colour=para_colour, vla_inference_ms=latency, runs=results, bc=bc,
+                        parameters=sum(p.numel() for p in policies[0].parameters()),
+                        settings={"policy": vars(POLICY), "execute_horizon": EXECUTE, "demos": args.demos,
+                                  "demo_seeds": f"{DEMO_SEED}..{DEMO_SEED + args.demos - 1}",
+                                  "bc_steps": args.bc_steps, "batch_size": args.batch_size,
+                                  "eval_seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}",
+                                  "camera_size": CAMERA_SIZE, "train_templates": TRAIN_TEMPLATES,
+                                  "paraphrases": PARAPHRASES, "threads": 2},
+                        not_measured="dsrl_success_gain: DSRL on a VLA base is not built")
+    print(f"\nvla_success {success}, vla_paraphrase_success {para} -> {path}")
+
+
+if __name__ == "__main__":
+    main()
