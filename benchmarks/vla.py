@@ -66,7 +66,6 @@ PARAPHRASES = {  # never in the training data: other words for the colour, the a
 H, EXECUTE = 10, 5
 DEMO_SEED, EVAL_SEED = 100_000, 900_000
 CAMERA_SIZE = 64
-POLICY = VLAPolicyConfig(chunk_horizon=H, max_prefix=0)
 
 
 def make_env(instructions: dict[str, list[str]], scene_state: bool) -> PickCubeEnv:
@@ -142,12 +141,14 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=100)
     ap.add_argument("--rtt-requests", type=int, default=200)
     ap.add_argument("--eval-seed", type=int, default=EVAL_SEED, help="first evaluation seed (development: 50000)")
+    ap.add_argument("--camera-encoder", choices=["conv", "keypoints"], default="conv")
     ap.add_argument("--scene", choices=["cameras", "state"], default="cameras",
                     help="where the cubes' poses come from: the cameras alone, or the state too (task.scene_state)")
     args = ap.parse_args()
     if args.policies < 3 and args.eval_seed == EVAL_SEED:
         ap.error("--policies must be >= 3 for the figures (medians over policies)")
     torch.set_num_threads(2)
+    config = VLAPolicyConfig(chunk_horizon=H, max_prefix=0, camera_encoder=args.camera_encoder)
     train = {c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}
     env = make_env(train, args.scene == "state")
     t0 = time.perf_counter()
@@ -162,7 +163,7 @@ def main() -> None:
     results, bc, policies = [], [], []
     for seed in range(args.policies):
         torch.manual_seed(seed)  # the initial weights
-        policy = VLAPolicy(env.observation_spec, env.action_spec, POLICY)
+        policy = VLAPolicy(env.observation_spec, env.action_spec, config)
         t1 = time.perf_counter()
         losses = train_bc(policy, data, args.bc_steps, batch_size=args.batch_size, seed=seed,
                           log_every=max(1, args.bc_steps // 10))
@@ -195,7 +196,8 @@ def main() -> None:
                         success=success, success_per_colour=per_colour, paraphrase_success=para,
                         paraphrase_success_per_colour=para_colour, vla_inference_ms=latency, runs=results, bc=bc,
                         parameters=sum(p.numel() for p in policies[0].parameters()),
-                        settings={"policy": vars(POLICY), "execute_horizon": EXECUTE, "demos": args.demos,
+                        settings={"policy": vars(config), "scene": args.scene, "execute_horizon": EXECUTE,
+                                  "demos": args.demos,
                                   "demo_seeds": f"{DEMO_SEED}..{DEMO_SEED + args.demos - 1}",
                                   "bc_steps": args.bc_steps, "batch_size": args.batch_size,
                                   "eval_seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}",

@@ -257,9 +257,6 @@ def _check_policy_server(cfg: RunConfig) -> None:
     if not cfg.actor.realtime:
         raise ConfigError(f"{where}: a policy server answers in wall time, so the actors must pace their robots in "
                           "wall time too; set actor.realtime=true")
-    if cfg.actor.chunking.mid_observation_ticks:
-        raise ConfigError(f"{where}: two-stage requests (actor.chunking.mid_observation_ticks) need the policy in "
-                          "the actor process; set it to 0 or runtime.policy_server=false")
     if cfg.actor.max_policy_lag or cfg.learner.learning == "sync":
         raise ConfigError(f"{where}: actor.max_policy_lag and learner.learning=sync hold the robot for the weights "
                           "the actor loads, and with a server the actor does not act with its own; "

@@ -234,10 +234,18 @@ def test_two_stage_needs_a_client_and_a_policy_that_take_the_mid_observation():
     from robolearn.policies.mlp import GaussianChunkPolicy, MLPPolicyConfig
     from robolearn.specs import ObservationSpec, SpecError
 
+    class OneStageClient:  # a client that cannot take a mid observation
+        def submit(self, request): ...
+
+        def poll(self, tick): return []
+
+        def close(self): ...
+
+    with pytest.raises(ValueError, match="mid_observation_ticks needs a client.*OneStageClient"):
+        ChunkExecutor(OneStageClient(), SPEC, H, ChunkingConfig(mid_observation_ticks=1))
     remote = RemoteClient("tcp://127.0.0.1:1", "r0", H, SPEC.dim)
-    try:
-        with pytest.raises(ValueError, match="mid_observation_ticks needs a client"):
-            ChunkExecutor(remote, SPEC, H, ChunkingConfig(mid_observation_ticks=1))
+    try:  # over the wire too: the server's head takes it
+        ChunkExecutor(remote, SPEC, H, ChunkingConfig(mid_observation_ticks=1))
     finally:
         remote.close()
     with pytest.raises(ValueError, match="mode=latency_aware"):

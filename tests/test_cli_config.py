@@ -63,7 +63,6 @@ def test_parts_that_do_not_fit_together_are_named_before_any_process(overrides, 
 
 @pytest.mark.parametrize("overrides, named", [
     ({}, "set actor.realtime=true"),                                   # a server answers in wall time
-    ({"actor.realtime": "true", "actor.chunking.mid_observation_ticks": "1"}, "mid_observation_ticks"),
     ({"actor.realtime": "true", "actor.max_policy_lag": "2"}, "max_policy_lag"),
 ])
 def test_what_a_runs_policy_server_cannot_be_combined_with_is_named(overrides, named):

@@ -12,7 +12,7 @@ from robolearn.actor.chunking import ChunkExecutor, ChunkingConfig
 from robolearn.actor.episode import hold_action
 from robolearn.clock import RealClock
 from robolearn.inference.client import RemoteClient
-from robolearn.inference.protocol import REQUEST, ChunkRequest, request_to_wire
+from robolearn.inference.protocol import MID, REQUEST, ChunkRequest, request_to_wire
 from robolearn.inference.runner import ChunkPolicyRunner
 from robolearn.inference.server import PolicyServer
 from robolearn.policies.flow_chunk import FlowChunkPolicy, FlowChunkPolicyConfig
@@ -78,6 +78,15 @@ def test_bad_requests_are_rejected_and_counted_not_fatal(env):
         time.sleep(0.2)
         assert server.serve_once(500) == 0
         assert server.rejects.total == 3 and "prefix" in server.rejects.last_reason
+        send(sock, MID, "r", 2, {"request_id": "zero", "tick": 0}, {})  # a mid observation with a bad id
+        time.sleep(0.2)
+        assert server.serve_once(500) == 0
+        assert server.rejects.total == 4 and "chunk_mid field 'request_id'" in server.rejects.last_reason
+        state = request(env, 0).observation["state"]
+        send(sock, MID, "r", 3, {"request_id": 7, "tick": 0}, {"obs.state": state})  # for no request waiting
+        time.sleep(0.2)
+        assert server.serve_once(500) == 1  # taken, then refused
+        assert server.rejects.total == 5 and "for no request waiting" in server.rejects.last_reason
         client = RemoteClient(server.endpoint, "good", H, A)
         client.submit(request(env, 2))
         assert server.serve_once(2000) == 1 and len(client.poll(0, timeout_ms=2000)) == 1

@@ -94,7 +94,8 @@ def test_training_reports_held_out_precision_and_recall_and_saves_no_pickle(clas
 
 
 def test_a_keypoint_classifier_finds_image_positions_and_round_trips(tmp_path):
-    from robolearn.rewards.classifier import ClassifierSpec, KeypointEncoder, SuccessClassifier, save_classifier
+    from robolearn.policies.encoders import KeypointEncoder
+    from robolearn.rewards.classifier import ClassifierSpec, SuccessClassifier, save_classifier
 
     encoder = KeypointEncoder(keypoints=3)
     with torch.no_grad():  # a channel that answers to red alone: its keypoint is where the red pixel is

@@ -1,7 +1,8 @@
 """``policy=vla``: the instruction is an observation (pick_cube_color with task.language=true), the VLA reads it,
 its cameras and the state; it is served to several robots in one batch, its two-stage head sees only the mid
-observation's state, BC and HABC train it from observation dicts, and a recorded LeRobotDataset's task string
-becomes its instruction again on import."""
+observation's state (in-process and through the policy server, where the mid observation follows its request over
+the wire), BC and HABC train it from observation dicts, a recorded LeRobotDataset's task string becomes its
+instruction again on import, and DSRL steers it without changing it."""
 
 import time
 
@@ -232,3 +233,53 @@ def test_dsrl_steers_a_frozen_vla_from_its_own_features_and_never_changes_it(env
     assert not torch.allclose(*contexts)
     chunk = policy.predict_chunk(one(obs), np.zeros((1, 0, 6), np.float32), np.zeros(1, np.int64))
     assert chunk.shape == (1, H, 6) and np.abs(chunk).max() <= 1.0
+
+
+def test_a_remote_two_stage_request_is_answered_by_the_servers_head_from_the_mid_observation(env):
+    policy = tiny_vla(env, mid_observation=True)
+    runner = ChunkPolicyRunner(policy, env.observation_spec, 6)
+    server = PolicyServer(runner, mid_timeout_s=1.0)
+    client = RemoteClient(server.endpoint, "robot-0", H, 6)
+    first, _ = env.reset(seed=0)
+    prefix = np.random.default_rng(0).uniform(-1, 1, (D, 6)).astype(np.float32)
+    mid = {**first, "state": first["state"] + 5.0}
+    try:
+        client.submit(ChunkRequest(0, 10, first, prefix, planned_delay=3, robot_id="robot-0", mid_ticks=1))
+        assert server.serve_once(1000) == 1                   # the trunk ran; the answer waits for the mid
+        assert client.poll(10, timeout_ms=100) == []
+        client.submit_mid(0, 12, mid)
+        torch.manual_seed(7)                                  # the head's flow noise
+        assert server.serve_once(1000) == 1
+        got = client.poll(12, timeout_ms=2000)[0]
+        # a request nobody completes is answered one-stage after the server's wait, from its first observation
+        client.submit(ChunkRequest(1, 20, first, prefix, planned_delay=3, robot_id="robot-0", mid_ticks=1))
+        t0 = time.perf_counter()
+        while not (late := client.poll(20, timeout_ms=50)) and time.perf_counter() - t0 < 5:
+            server.serve_once(50)
+    finally:
+        client.close()
+        server.close()
+    assert (got.chunk_start, got.prefix_len, got.waited_for_mid) == (12, 1, True)  # starts at the mid tick
+    # the same chunk as the two-stage policy computes in-process from that mid observation
+    request = ChunkRequest(0, 10, first, prefix, planned_delay=3, mid_ticks=1)
+    trunk = runner.run_trunk([request])
+    request.mid_observation, request.mid_tick = mid, 12
+    torch.manual_seed(7)
+    np.testing.assert_allclose(got.actions, runner.run_head([request], trunk)[0].actions, atol=1e-6)
+    request.mid_observation = first                           # another mid observation: another chunk
+    torch.manual_seed(7)
+    assert not np.allclose(got.actions, runner.run_head([request], trunk)[0].actions, atol=1e-3)
+    assert (late[0].request_id, late[0].chunk_start, late[0].prefix_len) == (1, 20, D)
+
+
+def test_a_two_stage_request_to_a_one_stage_policy_is_rejected_by_name(env):
+    server = PolicyServer(ChunkPolicyRunner(tiny_vla(env), env.observation_spec, 6))
+    client = RemoteClient(server.endpoint, "robot-0", H, 6)
+    try:
+        obs, _ = env.reset(seed=0)
+        client.submit(ChunkRequest(0, 0, obs, np.zeros((2, 6), np.float32), planned_delay=2, mid_ticks=1))
+        server.serve_once(1000)
+    finally:
+        client.close()
+        server.close()
+    assert server.rejects.total == 1 and "takes no mid-inference observation" in server.rejects.last_reason

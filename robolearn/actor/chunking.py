@@ -171,7 +171,7 @@ class ChunkExecutor:
         self._arrived = 0                 # tick the newest chunk arrived
         if self.cfg.mid_observation_ticks and not getattr(client, "takes_mid_observation", False):
             raise ValueError(f"chunking.mid_observation_ticks needs a client that takes mid-inference "
-                             f"observations (in-process); {type(client).__name__} does not")
+                             f"observations; {type(client).__name__} does not")
 
     # --- scheduling --------------------------------------------------------------------------------
     def should_request(self, tick: int) -> bool:

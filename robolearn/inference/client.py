@@ -4,7 +4,7 @@
     poll(tick) -> [resp]   the responses that have arrived by control tick ``tick``
     close()
 
-The in-process clients also take two-stage requests (``request.mid_ticks > 0``, ARLI late binding): the
+Every client takes two-stage requests (``request.mid_ticks > 0``, ARLI late binding): the
 policy's trunk runs on the request as it is submitted, ``submit_mid(request_id, tick, observation)`` hands over
 the mid-inference observation and the policy's head alone finishes the chunk with it
 (``ChunkPolicyRunner.run_trunk`` / ``run_head``); they say so with ``takes_mid_observation = True``.
@@ -14,7 +14,8 @@ ticks later (deterministic for a seed; runs faster than real time). ``ThreadedCl
 in a worker thread in this process; answers arrive when they are done. ``RemoteClient``: a DEALER
 socket to a ``PolicyServer`` process; with ``wait_s`` its polls wait that long after a request for the
 answer (inference inside the tick, over the wire: a one-action chunk is usable only in the tick it was
-asked in), else never.
+asked in), else never. It takes two-stage requests too: the server runs the trunk when the request arrives,
+``submit_mid`` sends the mid observation (``chunk_mid``) and the server's head answers from it.
 """
 
 from __future__ import annotations
@@ -31,10 +32,13 @@ import zmq
 
 from robolearn.clock import SimClock
 from robolearn.inference.protocol import (
+    MID,
     REQUEST,
     RESPONSE,
     ChunkRequest,
     ChunkResponse,
+    MidObservation,
+    mid_to_wire,
     request_to_wire,
     response_from_wire,
 )
@@ -162,7 +166,12 @@ class RemoteClient:
     expects, (``horizon``, ``action_dim``), before the executor sees it.
 
     ``wait_s``: inference inside the tick. After a submit, ``poll`` waits up to ``wait_s`` for that request's
-    answer (answers to older requests do not end the wait); the caller's tick then goes on either way."""
+    answer (answers to older requests do not end the wait); the caller's tick then goes on either way.
+
+    Two-stage: ``submit_mid`` sends the newest request's mid observation; when that request goes again on a new
+    connection, its mid observation follows it."""
+
+    takes_mid_observation = True
 
     def __init__(self, endpoint: str, robot_id: str, horizon: int, action_dim: int,
                  ctx: zmq.Context | None = None, keys: CurveKeys | None = None, wait_s: float = 0.0) -> None:
@@ -180,6 +189,7 @@ class RemoteClient:
         self.resent = 0  # requests sent again on a new connection
         self._seq = 0
         self._unanswered: tuple[int, list[bytes]] | None = None  # (request id, wire frames) of the newest request
+        self._mid: tuple[int, list[bytes]] | None = None  # (request id, wire frames) of its mid observation
         self._sent_on = 0  # the number of the connection it went out on (or will: the next one)
         self._wait_until: float | None = None  # inside the tick: until when to wait for its answer
         self._poller = zmq.Poller()  # answers, and connections made
@@ -191,9 +201,22 @@ class RemoteClient:
         # copied: the frames are kept for a re-send, and must not follow later changes to the observation arrays
         frames = [bytes(f) for f in encode(REQUEST, self.robot_id, self._seq, meta, arrays)]
         self._seq += 1
-        self._unanswered = (request.request_id, frames)
+        self._unanswered, self._mid = (request.request_id, frames), None
         self._transmit()
         self._wait_until = time.perf_counter() + self.wait_s if self.wait_s else None
+
+    def submit_mid(self, request_id: int, tick: int, observation: dict[str, np.ndarray]) -> None:
+        """The mid observation of two-stage request ``request_id``, taken at ``tick``."""
+        meta, arrays = mid_to_wire(MidObservation(request_id, tick, observation))
+        frames = [bytes(f) for f in encode(MID, self.robot_id, self._seq, meta, arrays)]
+        self._seq += 1
+        if self._unanswered is None or self._unanswered[0] != request_id:
+            return  # answered already (the server gave up waiting for it), or superseded
+        self._mid = (request_id, frames)
+        try:
+            self.sock.send_multipart(frames, flags=zmq.NOBLOCK)
+        except zmq.Again:
+            pass  # the queue is full: it goes with its request on the next connection
 
     def _transmit(self) -> None:
         assert self._unanswered is not None
@@ -226,6 +249,11 @@ class RemoteClient:
                 self._connections.connections > self._sent_on:  # a connection it did not go out on
             self._transmit()
             self.resent += 1
+            if self._mid is not None and self._mid[0] == self._unanswered[0]:
+                try:  # after its request: the new server runs the trunk, then the head on this
+                    self.sock.send_multipart(self._mid[1], flags=zmq.NOBLOCK)
+                except zmq.Again:
+                    pass  # the request is answered with the first observation alone after the server's wait
 
     def _waiting(self) -> bool:
         return self._wait_until is not None and self._unanswered is not None
@@ -239,7 +267,7 @@ class RemoteClient:
                 self.rejects.reject(str(exc))
                 continue
             if self._unanswered is not None and resp.request_id == self._unanswered[0]:
-                self._unanswered = None
+                self._unanswered = self._mid = None
             out.append(resp)
         return out
 

@@ -8,7 +8,10 @@ ticks ``tick .. tick+H-1``
 whose first ``prefix_len`` actions equal the committed ones (for prefix-conditioned policies),
 tagged with the weight version that computed it.
 
-Wire: ``chunk_request`` and ``chunk`` messages of ``transport.wire`` (msgpack header + raw arrays).
+Wire: ``chunk_request``, ``chunk_mid`` and ``chunk`` messages of ``transport.wire`` (msgpack header + raw
+arrays). A two-stage request (``mid_ticks`` > 0) goes out as a ``chunk_request`` that announces its mid observation;
+the server runs the policy's trunk on it at once, and the ``chunk_mid`` message (the request's id, the mid
+observation and its tick) lets the head finish the chunk, which says the tick it starts at (``chunk_start``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import numpy as np
 
 from robolearn.transport.wire import Message, WireError
 
-REQUEST, RESPONSE = "chunk_request", "chunk"
+REQUEST, MID, RESPONSE = "chunk_request", "chunk_mid", "chunk"
 OBS_PREFIX = "obs."
 
 
@@ -58,10 +61,19 @@ class ChunkResponse:
     chunk_start: int | None = None
 
 
+@dataclass(frozen=True)
+class MidObservation:
+    """The mid-inference observation of two-stage request ``request_id``, taken at ``tick``."""
+
+    request_id: int
+    tick: int
+    observation: dict[str, np.ndarray]
+    robot_id: str = ""
+
+
 def request_to_wire(req: ChunkRequest) -> tuple[dict, dict[str, np.ndarray]]:
-    if req.mid_ticks:
-        raise ValueError("two-stage requests (a mid-inference observation) are served in-process only")
-    meta = {"request_id": req.request_id, "tick": req.tick, "planned_delay": req.planned_delay}
+    meta = {"request_id": req.request_id, "tick": req.tick, "planned_delay": req.planned_delay,
+            "mid_ticks": req.mid_ticks}
     arrays = {f"{OBS_PREFIX}{k}": v for k, v in req.observation.items()}
     arrays["prefix"] = np.asarray(req.prefix, np.float32)
     return meta, arrays
@@ -75,13 +87,33 @@ def request_from_wire(msg: Message) -> ChunkRequest:
     prefix = msg.arrays.get("prefix")
     if prefix is None or prefix.ndim != 2 or prefix.dtype != np.float32:
         raise WireError("chunk_request needs a float32 'prefix' of shape (d, A)")
-    obs = {k.removeprefix(OBS_PREFIX): v for k, v in msg.arrays.items() if k.startswith(OBS_PREFIX)}
-    return ChunkRequest(meta["request_id"], meta["tick"], obs, prefix, meta["planned_delay"], msg.sender)
+    mid_ticks = meta.get("mid_ticks", 0)
+    if type(mid_ticks) is not int or mid_ticks < 0:
+        raise WireError(f"chunk_request field 'mid_ticks' must be an int >= 0, got {mid_ticks!r}")
+    return ChunkRequest(meta["request_id"], meta["tick"], _observation(msg), prefix, meta["planned_delay"],
+                        msg.sender, mid_ticks=mid_ticks)
+
+
+def _observation(msg: Message) -> dict[str, np.ndarray]:
+    return {k.removeprefix(OBS_PREFIX): v for k, v in msg.arrays.items() if k.startswith(OBS_PREFIX)}
+
+
+def mid_to_wire(mid: MidObservation) -> tuple[dict, dict[str, np.ndarray]]:
+    return {"request_id": mid.request_id, "tick": mid.tick}, {f"{OBS_PREFIX}{k}": v for k, v in mid.observation.items()}
+
+
+def mid_from_wire(msg: Message) -> MidObservation:
+    for key in ("request_id", "tick"):
+        if type(msg.meta.get(key)) is not int:
+            raise WireError(f"chunk_mid field '{key}' missing or not an int")
+    return MidObservation(msg.meta["request_id"], msg.meta["tick"], _observation(msg), msg.sender)
 
 
 def response_to_wire(resp: ChunkResponse) -> tuple[dict, dict[str, np.ndarray]]:
     meta = {"request_id": resp.request_id, "tick": resp.tick, "version": resp.policy_version,
-            "prefix_len": resp.prefix_len, "compute_ms": resp.compute_ms}
+            "prefix_len": resp.prefix_len, "compute_ms": resp.compute_ms, "waited_for_mid": resp.waited_for_mid}
+    if resp.chunk_start is not None:
+        meta["chunk_start"] = resp.chunk_start
     return meta, {"actions": np.asarray(resp.actions, np.float32)}
 
 
@@ -104,5 +136,12 @@ def response_from_wire(msg: Message, horizon: int, action_dim: int) -> ChunkResp
     compute_ms = meta.get("compute_ms", 0.0)
     if type(compute_ms) not in (int, float) or not math.isfinite(compute_ms) or compute_ms < 0:
         raise WireError(f"chunk 'compute_ms' must be a finite number >= 0, got {compute_ms!r}")
+    chunk_start = meta.get("chunk_start")
+    if chunk_start is not None and (type(chunk_start) is not int or
+                                    not meta["tick"] <= chunk_start < meta["tick"] + horizon):
+        raise WireError(f"chunk 'chunk_start' must be an int in [tick, tick + {horizon}), got {chunk_start!r}")
+    waited = meta.get("waited_for_mid", False)
+    if type(waited) is not bool:
+        raise WireError(f"chunk 'waited_for_mid' must be a bool, got {waited!r}")
     return ChunkResponse(meta["request_id"], meta["tick"], actions, meta["version"], meta["prefix_len"],
-                         float(compute_ms))
+                         float(compute_ms), waited_for_mid=waited, chunk_start=chunk_start)

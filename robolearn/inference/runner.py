@@ -31,6 +31,15 @@ class TrunkResult:
     features: torch.Tensor          # (B, F), the policy's own
     ms: float                       # its compute time
 
+    def row(self, i: int) -> TrunkResult:
+        """Request ``i``'s part (a server finishes each request when its own mid observation comes in)."""
+        return TrunkResult(self.features[i:i + 1], self.ms)
+
+    @staticmethod
+    def stack(parts: list[TrunkResult]) -> TrunkResult:
+        """Rows of several requests, for one batched head pass."""
+        return TrunkResult(torch.cat([p.features for p in parts]), max(p.ms for p in parts))
+
 
 class ChunkPolicyRunner:
     def __init__(self, policy: torch.nn.Module, obs_spec: ObservationSpec, action_dim: int,
@@ -51,6 +60,11 @@ class ChunkPolicyRunner:
         horizon = getattr(self.policy, "horizon", None)
         if horizon is not None and req.prefix_len >= horizon:
             raise SpecError(f"prefix: {req.prefix_len} committed actions, the chunk has only {horizon}")
+        if req.mid_ticks:
+            if not getattr(self.policy, "takes_mid_observation", False):
+                raise self._not_two_stage()
+            if not 0 <= req.planned_delay - req.mid_ticks <= req.prefix_len:
+                raise SpecError("a two-stage request's planned mid observation falls outside its committed prefix")
 
     def _batch(self, requests: list[ChunkRequest]) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
         """The requests' first observations {key: (B, ...)}, committed actions (B, D, A) zero-padded, lengths (B,)."""

@@ -5,6 +5,14 @@
            forward pass -> reply to each robot with its chunk and the weight version
            between batches: take the newest weights the learner published (SUB), if subscribed
 
+Two-stage requests (ARLI late binding over the wire, ``mid_ticks`` > 0; a two-stage policy): the trunk runs on
+the request's batch as soon as it arrives, and the request waits for its ``chunk_mid`` message (the mid
+observation); the heads of the requests whose mid observations came in together run as one batch, and only they
+see those observations. A request whose mid observation does not come within ``mid_timeout_s`` (it was lost, or
+the robot gave up on the request) is answered with the whole policy on its first observation; a newer request
+from the same robot ends the wait of its older ones (the robot gave up on those). The emulated latency
+(``extra_latency_ms``) applies to one-stage batches only.
+
 Malformed or mismatching requests are rejected with a counted reason, never fatal. Run it as
 
     python -m robolearn.runtime.policy_server --task push_cube --policy flow_chunk --weights policy.pt \
@@ -19,6 +27,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -28,8 +37,18 @@ import zmq
 
 from robolearn.builders import task_specs
 from robolearn.checkpoint import load_checkpoint
-from robolearn.inference.protocol import REQUEST, RESPONSE, ChunkResponse, request_from_wire, response_to_wire
-from robolearn.inference.runner import ChunkPolicyRunner
+from robolearn.inference.protocol import (
+    MID,
+    REQUEST,
+    RESPONSE,
+    ChunkRequest,
+    ChunkResponse,
+    MidObservation,
+    mid_from_wire,
+    request_from_wire,
+    response_to_wire,
+)
+from robolearn.inference.runner import ChunkPolicyRunner, TrunkResult
 from robolearn.registry import lookup
 from robolearn.specs import SpecError
 from robolearn.transport.security import Authenticator, CurveKeys
@@ -38,11 +57,23 @@ from robolearn.transport.weights import WeightSubscriber
 from robolearn.transport.wire import RejectCounter, WireError, decode, encode
 
 
+@dataclass
+class AwaitingMid:
+    """A two-stage request whose trunk ran, waiting for its mid observation."""
+
+    request: ChunkRequest
+    trunk: TrunkResult
+    since: float                    # perf_counter when the trunk finished
+
+
 class PolicyServer:
     def __init__(self, runner: ChunkPolicyRunner, host: str = "127.0.0.1", port: int = 0, max_batch: int = 32,
                  weights_endpoint: str | None = None, extra_latency_ms: tuple[float, float] | None = None,
-                 seed: int = 0, keys: CurveKeys | None = None, concurrent_latency: bool = False) -> None:
+                 seed: int = 0, keys: CurveKeys | None = None, concurrent_latency: bool = False,
+                 mid_timeout_s: float = 1.0) -> None:
         self.runner = runner
+        self.mid_timeout_s = mid_timeout_s
+        self._awaiting: dict[tuple[bytes, int], AwaitingMid] = {}  # (robot, request id) -> its trunk's result
         # emulate a heavier model: each batch's answers take a uniform draw in this range (ms) in all. Serially
         # (the server waits it out before the next batch: one model, one batch at a time), or with
         # ``concurrent_latency`` held back while later batches are served (a server that runs several at once)
@@ -67,22 +98,72 @@ class PolicyServer:
         self.requests = 0
         self.batch_sizes: deque[int] = deque(maxlen=1000)  # the most recent batches, for monitoring
 
-    def _drain(self) -> list[tuple[bytes, object]]:
-        got = []
-        while len(got) < self.max_batch:
+    def _drain(self) -> tuple[list[tuple[bytes, ChunkRequest]], list[tuple[bytes, MidObservation]]]:
+        """The requests and the mid observations waiting (at most ``max_batch`` messages), each checked."""
+        got, mids = [], []
+        while len(got) + len(mids) < self.max_batch:
             try:
                 frames = self.sock.recv_multipart(flags=zmq.NOBLOCK)
             except zmq.Again:
                 break
             identity, body = frames[0], frames[1:]
             try:
-                req = request_from_wire(decode(body, frozenset({REQUEST})))
+                msg = decode(body, frozenset({REQUEST, MID}))
+                if msg.type == MID:
+                    mid = mid_from_wire(msg)
+                    self.runner.obs_spec.validate(mid.observation)
+                    mids.append((identity, mid))
+                    continue
+                req = request_from_wire(msg)
                 self.runner.check(req)
             except (WireError, SpecError) as exc:
                 self.rejects.reject(str(exc))
                 continue
             got.append((identity, req))
-        return got
+        return got, mids
+
+    def _start_two_stage(self, batch: list[tuple[bytes, ChunkRequest]]) -> None:
+        """The trunk on the two-stage requests now; each waits for its mid observation."""
+        trunk = self.runner.run_trunk([req for _, req in batch])
+        self.batch_sizes.append(len(batch))
+        now = time.perf_counter()
+        for row, (identity, req) in enumerate(batch):
+            for key in [k for k in self._awaiting if k[0] == identity and k[1] < req.request_id]:
+                del self._awaiting[key]  # the robot asked anew: it gave up on its older requests
+            self._awaiting[(identity, req.request_id)] = AwaitingMid(req, trunk.row(row), now)
+
+    def _finish_two_stage(self, mids: list[tuple[bytes, MidObservation]]) -> list[tuple[bytes, ChunkResponse]]:
+        """The heads of the requests whose mid observations came in, as one batch."""
+        ready: list[tuple[bytes, AwaitingMid]] = []
+        for identity, mid in mids:
+            waiting = self._awaiting.get((identity, mid.request_id))
+            if waiting is None:
+                self.rejects.reject("chunk_mid for no request waiting for one (answered, given up, or never asked)")
+                continue
+            if not 0 <= mid.tick - waiting.request.tick <= waiting.request.prefix_len:
+                self.rejects.reject("chunk_mid taken outside its request's committed prefix")
+                continue  # the request waits on; a good mid observation or the timeout finishes it
+            del self._awaiting[(identity, mid.request_id)]
+            waiting.request.mid_observation, waiting.request.mid_tick = mid.observation, mid.tick
+            ready.append((identity, waiting))
+        if not ready:
+            return []
+        responses = self.runner.run_head([w.request for _, w in ready], TrunkResult.stack([w.trunk for _, w in ready]))
+        self.batch_sizes.append(len(ready))
+        for resp in responses:
+            resp.waited_for_mid = True  # held back for the robot's own mid observation
+        return [(identity, resp) for (identity, _), resp in zip(ready, responses)]
+
+    def _expire_two_stage(self) -> list[tuple[bytes, ChunkResponse]]:
+        """Requests whose mid observation did not come in time: the whole policy on their first observation."""
+        now = time.perf_counter()
+        late = [k for k, w in self._awaiting.items() if now - w.since > self.mid_timeout_s]
+        if not late:
+            return []
+        waiting = [self._awaiting.pop(k) for k in late]
+        responses = self.runner.run([w.request for w in waiting])
+        self.batch_sizes.append(len(waiting))
+        return [(identity, resp) for (identity, _), resp in zip(late, responses)]
 
     def _send(self, identity: bytes, resp: ChunkResponse) -> None:
         meta, arrays = response_to_wire(resp)
@@ -97,7 +178,8 @@ class PolicyServer:
             self._send(identity, resp)
 
     def serve_once(self, timeout_ms: int = 100) -> int:
-        """Answer every request waiting (waiting up to ``timeout_ms`` for one); returns how many. With
+        """Answer every request waiting (waiting up to ``timeout_ms`` for one); returns how many requests and mid
+        observations it took (a two-stage request's answer goes out when its mid observation is in). With
         ``concurrent_latency`` their answers are held until due (sent by this or a later call; those still held at
         ``close`` are dropped, as a stopping server's would be)."""
         if self.weights is not None:
@@ -107,12 +189,24 @@ class PolicyServer:
         self._send_due()
         if self._held:  # wake for the next held answer
             timeout_ms = min(timeout_ms, max(0, math.ceil((min(h[0] for h in self._held) - time.perf_counter()) * 1e3)))
+        if self._awaiting:  # wake when the oldest two-stage request's wait runs out
+            oldest = min(w.since for w in self._awaiting.values()) + self.mid_timeout_s
+            timeout_ms = min(timeout_ms, max(0, math.ceil((oldest - time.perf_counter()) * 1e3)))
         if not self.sock.poll(timeout_ms):
             self._send_due()
+            for identity, resp in self._expire_two_stage():
+                self._send(identity, resp)
             return 0
-        batch = self._drain()
+        everything, mids = self._drain()
+        batch = [(identity, req) for identity, req in everything if not req.mid_ticks]
+        two_stage = [(identity, req) for identity, req in everything if req.mid_ticks]
+        if two_stage:
+            self._start_two_stage(two_stage)
+        for identity, resp in self._finish_two_stage(mids) + self._expire_two_stage():
+            self._send(identity, resp)
+        self.requests += len(two_stage)
         if not batch:
-            return 0
+            return len(two_stage) + len(mids)
         t0 = time.perf_counter()
         responses = self.runner.run([req for _, req in batch])
         if self.extra_latency_ms is not None and self.concurrent_latency:
@@ -127,7 +221,7 @@ class PolicyServer:
         self.batches += 1
         self.requests += len(batch)
         self.batch_sizes.append(len(batch))
-        return len(batch)
+        return len(everything) + len(mids)
 
     def close(self) -> None:
         if self.weights is not None:

@@ -2,7 +2,13 @@
 encoder and random shift").
 
 ``ImageEncoder``: per camera a small CNN on uint8 (B, H, W, 3) frames scaled to [0, 1]: conv 3x3 stride 2,
-three convs 3x3 stride 1 (32 channels, ReLU), flatten, Linear -> LayerNorm -> tanh to ``feature_dim``.
+three convs 3x3 stride 1 (32 channels, ReLU), flatten, Linear -> LayerNorm -> tanh to ``feature_dim``
+(``CameraEncoder``), or ``KeypointEncoder``: three convolutions (the first at stride 2), then a spatial softmax per
+channel (Levine et al. 2016), each of K channels giving the expected image position of what it responds to,
+
+    (x_k, y_k) = sum_ij softmax_ij(f_k / T) * (u_j, v_i),        u, v in [-1, 1]
+
+so where a thing is in the image is two coordinates, not something a projection must untangle.
 The features of all cameras are concatenated, (B, n_cameras * feature_dim). In SAC one encoder is shared
 by actor and critic: the critic's loss trains it, the actor sees its output with stop-gradient.
 
@@ -45,6 +51,30 @@ class CameraEncoder(nn.Module):
         """uint8 (B, H, W, 3) -> (B, feature_dim)."""
         x = frames.permute(0, 3, 1, 2).float() / 255.0
         return self.project(self.convs(x).flatten(1))
+
+
+class KeypointEncoder(nn.Module):
+    """uint8 (B, H, W, 3) -> (B, 2 * keypoints): each channel's expected image position (spatial softmax). Built as
+    ``ImageEncoder``'s per-camera encoder: (height, width, keypoints); any image size."""
+
+    def __init__(self, height: int = 0, width: int = 0, keypoints: int = 32, channels: int = 32) -> None:  # noqa: ARG002
+        super().__init__()
+        self.convs = nn.Sequential(
+            nn.Conv2d(3, channels, 5, stride=2, padding=2), nn.ReLU(),   # half resolution: the softmax's
+                                                                          # expectation is finer than its grid
+            nn.Conv2d(channels, channels, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(channels, keypoints, 3, padding=1),
+        )
+        self.log_temperature = nn.Parameter(torch.zeros(()))
+        self.out_dim = 2 * keypoints
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        x = self.convs(frames.permute(0, 3, 1, 2).float() / 255.0)            # (B, K, H, W)
+        b, k, h, w = x.shape
+        attention = torch.softmax(x.flatten(2) / self.log_temperature.exp(), dim=-1).view(b, k, h, w)
+        u = torch.linspace(-1.0, 1.0, w, device=x.device)
+        v = torch.linspace(-1.0, 1.0, h, device=x.device)
+        return torch.cat([(attention.sum(2) * u).sum(-1), (attention.sum(3) * v).sum(-1)], dim=-1)
 
 
 class ImageEncoder(nn.Module):

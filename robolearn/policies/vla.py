@@ -3,7 +3,8 @@ a chunk of actions out, by the flow-matching chunk machinery of ``flow_chunk`` (
 
     words  w_1..w_W = frozen word vectors of the instruction (W, 300)     policies.text_encoder
     text   t = tanh(LN(W_o [attn_1; ..; attn_h])),  attn_j = sum_i softmax_i(q_j . P w_i / sqrt(F)) P w_i   (B, T)
-    vision v = [CNN_front(img_front); CNN_wrist(img_wrist)]              policies.encoders.CameraEncoder, (B, C * V)
+    vision v = [CNN_front(img_front); CNN_wrist(img_wrist)]              policies.encoders, (B, C * V): CameraEncoder,
+                                                                          or KeypointEncoder's image positions
     trunk  e = Fuse([t; v; normalised state])                             (B, E)
     chunk  the flow of FlowChunkPolicy conditioned on e (one-stage); two-stage: the trunk on the first
            observation (e, the committed actions, k / D), the light head on the mid observation's state alone
@@ -31,13 +32,20 @@ import numpy as np
 import torch
 from torch import nn
 
-from robolearn.policies.encoders import ImageEncoder, image_keys, random_shift
+from robolearn.policies.encoders import CameraEncoder, ImageEncoder, KeypointEncoder, image_keys, random_shift
 from robolearn.policies.flow_chunk import FlowChunkPolicy, FlowChunkPolicyConfig
 from robolearn.policies.mlp import mlp
 from robolearn.policies.text_encoder import WIDTH, word_vectors
 from robolearn.specs import ActionSpec, ObservationSpec, decode_text, is_text
 
 Observation = dict[str, torch.Tensor]
+
+
+def keypoints(height: int, width: int, features: int) -> KeypointEncoder:
+    return KeypointEncoder(height, width, keypoints=features // 2)
+
+
+CAMERA_ENCODERS = {"conv": CameraEncoder, "keypoints": keypoints}
 
 
 @dataclass
@@ -50,6 +58,8 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
     max_words: int = 16             # words of the instruction read (the rest dropped)
     text_features: int = 64         # T: the projected word width and the sentence's features
     text_heads: int = 4             # h: learned queries pooling the words
+    camera_encoder: str = "conv"     # conv: CNN, flattened, projected to camera_features; keypoints: a spatial softmax
+                                     # per channel, camera_features / 2 image positions per camera
     camera_features: int = 64       # V: per camera
     fuse_dims: list[int] = field(default_factory=lambda: [256])  # the trunk's fusing MLP; its last size is E
     image_shift_pad: int = 4        # training-time random shift of each frame, pixels (0: none)
@@ -61,6 +71,12 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
                 raise ValueError(f"policy.{key} must be >= 1, got {getattr(self, key)}")
         if not self.fuse_dims or any(h < 1 for h in self.fuse_dims):
             raise ValueError(f"policy.fuse_dims must be positive sizes, got {self.fuse_dims}")
+        if self.camera_encoder not in CAMERA_ENCODERS:
+            raise ValueError(f"policy.camera_encoder must be one of {sorted(CAMERA_ENCODERS)}, got "
+                             f"{self.camera_encoder!r}")
+        if self.camera_encoder == "keypoints" and self.camera_features % 2:
+            raise ValueError(f"policy.camera_features must be even with keypoints (x and y each), got "
+                             f"{self.camera_features}")
         if self.image_shift_pad < 0:
             raise ValueError(f"policy.image_shift_pad must be >= 0, got {self.image_shift_pad}")
 
@@ -123,7 +139,7 @@ class VLAPolicy(FlowChunkPolicy):
             raise ValueError(f"policy=vla needs at least one camera; the task's observations are "
                              f"{sorted(obs_spec.arrays)} (task.cameras=[front,wrist])")
         self.text = InstructionEncoder(c.max_words, c.text_features, c.text_heads)
-        self.vision = ImageEncoder(obs_spec, c.camera_features)
+        self.vision = ImageEncoder(obs_spec, c.camera_features, camera=CAMERA_ENCODERS[c.camera_encoder])
         self.fuse = nn.Sequential(mlp([self.text.out_dim + self.vision.out_dim + self.obs_dim, *c.fuse_dims]),
                                   nn.LayerNorm(c.fuse_dims[-1]), nn.ReLU())
         self.observation_keys = ("state", c.instruction_key, *self.vision.keys)

@@ -33,35 +33,11 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from robolearn.policies.encoders import CameraEncoder, ImageEncoder
+from robolearn.policies.encoders import CameraEncoder, ImageEncoder, KeypointEncoder
 from robolearn.specs import ArraySpec, ObservationSpec
 
 WEIGHTS, CONFIG = "model.safetensors", "classifier.json"
 ENCODERS = ("flat", "keypoints")
-
-
-class KeypointEncoder(nn.Module):
-    """uint8 (B, H, W, 3) -> (B, 2 * keypoints): each channel's expected image position (spatial softmax). Built as
-    ``ImageEncoder``'s per-camera encoder: (height, width, keypoints); any image size."""
-
-    def __init__(self, height: int = 0, width: int = 0, keypoints: int = 32, channels: int = 32) -> None:  # noqa: ARG002
-        super().__init__()
-        self.convs = nn.Sequential(
-            nn.Conv2d(3, channels, 5, stride=2, padding=2), nn.ReLU(),   # half resolution: the softmax's
-                                                                          # expectation is finer than its grid
-            nn.Conv2d(channels, channels, 3, padding=1), nn.ReLU(),
-            nn.Conv2d(channels, keypoints, 3, padding=1),
-        )
-        self.log_temperature = nn.Parameter(torch.zeros(()))
-        self.out_dim = 2 * keypoints
-
-    def forward(self, frames: torch.Tensor) -> torch.Tensor:
-        x = self.convs(frames.permute(0, 3, 1, 2).float() / 255.0)            # (B, K, H, W)
-        b, k, h, w = x.shape
-        attention = torch.softmax(x.flatten(2) / self.log_temperature.exp(), dim=-1).view(b, k, h, w)
-        u = torch.linspace(-1.0, 1.0, w, device=x.device)
-        v = torch.linspace(-1.0, 1.0, h, device=x.device)
-        return torch.cat([(attention.sum(2) * u).sum(-1), (attention.sum(3) * v).sum(-1)], dim=-1)
 
 
 STATE_CLIP = 5.0  # standard deviations of the training frames
