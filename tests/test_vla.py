@@ -97,12 +97,17 @@ def test_with_language_the_colour_is_asked_in_words_and_not_in_the_state(env):
         PickCubeColorConfig(language=True, instructions={"red": ["very " * 30]})
 
 
-def test_the_vla_is_refused_by_name_without_an_instruction_or_a_camera():
+def test_the_vla_is_refused_by_name_without_an_instruction_or_a_camera_and_two_stage_by_the_online_learners():
     cfg = validate(compose("config", ["task=pick_cube_color", "task.cameras=[front]", "policy=vla"]))
     with pytest.raises(ConfigError, match="text observation 'instruction'.*task.language=true"):
         check_buildable(cfg)
     cfg = validate(compose("config", ["task=pick_cube_color", "task.language=true", "policy=vla"]))
     with pytest.raises(ConfigError, match="at least one camera"):
+        check_buildable(cfg)
+    cfg = validate(compose("config", ["task=pick_cube_color", "task.language=true", "task.cameras=[wrist]",
+                                      "task.camera_size=32", "policy=vla", "policy.mid_observation=true",
+                                      "algo=habc"]))
+    with pytest.raises(ConfigError, match="algo=habc cannot train a two-stage policy"):
         check_buildable(cfg)
 
 

@@ -37,6 +37,12 @@ def require_bc_policy(policy: object, algo: str) -> None:
                              " (a lerobot folder's policy, policy.path, is served as saved by the standalone policy "
                              "server, python -m robolearn.runtime.policy_server, not trained)"
                              if isinstance(policy, LerobotFolderPolicy) else ""))
+    if getattr(policy, "takes_mid_observation", False):
+        # its loss needs the observations 0..D ticks before each window, which these batches do not carry
+        raise ValueError(f"algo={algo} cannot train a two-stage policy (policy.mid_observation=true) yet: its trunk "
+                         "learns from the observations before each window, which only behaviour cloning from "
+                         "demos has (robolearn.learner.bc.train_bc, as benchmarks/delay_sweep.py does); train it "
+                         "one-stage here")
 
 
 def policy_input(batch: dict) -> torch.Tensor | dict[str, torch.Tensor]:

@@ -39,8 +39,7 @@ class DSRLPolicyConfig:
 
     name: str = "dsrl"
     # the frozen policy: base.name flow_chunk (its keys) or vla (its keys too; the VLA-only ones are unused by a flow)
-    base: VLAPolicyConfig = field(default_factory=lambda: VLAPolicyConfig(name="flow_chunk",
-                                                                          hidden_dims=[512, 512, 512]))
+    base: VLAPolicyConfig = field(default_factory=lambda: VLAPolicyConfig(name="flow_chunk"))
     base_checkpoint: str = ""      # the flow policy's weights: a robolearn checkpoint (runs/<bc run>/checkpoints/
                                    # latest.pt); algo=dsrl loads them at the run's first start
     noise_bound: float = 1.5       # b: the noise policy's output is in [-b, b] per element

@@ -53,7 +53,6 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
     """``policy=vla``: the flow chunk policy's fields (horizon, prefix, flow steps, two-stage) plus its encoders."""
 
     name: str = "vla"
-    hidden_dims: list[int] = field(default_factory=lambda: [256, 256])  # the flow net (one-stage) / the trunk's MLP
     instruction_key: str = "instruction"
     max_words: int = 16             # words of the instruction read (the rest dropped)
     text_features: int = 64         # T: the projected word width and the sentence's features
