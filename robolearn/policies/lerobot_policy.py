@@ -63,8 +63,9 @@ class LerobotPolicyConfig:
 
 def lerobot_config(policy_type: str, fields: dict[str, Any]) -> Any:
     """lerobot's config of ``policy_type`` with ``fields``, identity normalisation (robolearn scales both sides), on
-    the CPU (robolearn's models run there), and ``n_action_steps`` = the whole chunk unless set: robolearn's executor
-    decides how much of a chunk runs, and lerobot's defaults would cut the chunk (Diffusion returns 8 of its 16)."""
+    the CPU (robolearn's models run there), and ``n_action_steps`` = the whole chunk (another value is refused):
+    robolearn's executor decides how much of a chunk runs, lerobot's defaults would cut the chunk (Diffusion
+    returns 8 of its 16), and the BC learners' windows must be the chunk lerobot's loss takes."""
     from lerobot.configs.policies import PreTrainedConfig
     from lerobot.configs.types import FeatureType, NormalizationMode
 
@@ -77,8 +78,13 @@ def lerobot_config(policy_type: str, fields: dict[str, Any]) -> Any:
     values = {"normalization_mapping": {t.value: NormalizationMode.IDENTITY for t in FeatureType}, "device": "cpu",
               **fields}
     length = next((k for k in ("chunk_size", "horizon") if k in names), None)
-    if length and "n_action_steps" in names and "n_action_steps" not in fields:
-        values["n_action_steps"] = fields.get(length, getattr(cls, length))
+    if length and "n_action_steps" in names:
+        whole = fields.get(length, getattr(cls, length))
+        if fields.get("n_action_steps", whole) != whole:  # the BC windows are the chunk lerobot trains on
+            raise ValueError(f"policy.config for lerobot {policy_type!r}: n_action_steps must be the whole chunk, "
+                             f"{length} = {whole} (robolearn's executor decides how much of a chunk runs), got "
+                             f"{fields['n_action_steps']}")
+        values["n_action_steps"] = whole
     try:
         return cls(**values)
     except (TypeError, ValueError) as exc:  # an unknown field, or a value lerobot's own checks refuse: it names it
@@ -113,7 +119,7 @@ class LerobotChunkPolicy(nn.Module):
         lcfg.output_features = {ACTION: PolicyFeature(FeatureType.ACTION, (self.action_dim,))}
         try:
             self.policy = get_policy_class(config.type)(lcfg)
-        except ImportError as exc:  # Diffusion needs diffusers, which robolearn does not install
+        except ImportError as exc:  # a type whose lerobot extra is not installed (robolearn installs diffusion, smolvla)
             raise ValueError(f"policy.type={config.type} needs a package that is not installed: {exc}") from None
         self.policy.eval()
         # lerobot's datasets give an observation time axis to the types that ask for observation deltas
