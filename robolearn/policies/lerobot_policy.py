@@ -119,7 +119,7 @@ class LerobotChunkPolicy(nn.Module):
         lcfg.output_features = {ACTION: PolicyFeature(FeatureType.ACTION, (self.action_dim,))}
         try:
             self.policy = get_policy_class(config.type)(lcfg)
-        except ImportError as exc:  # a type whose lerobot extra is not installed (robolearn installs diffusion, smolvla)
+        except ImportError as exc:  # a type whose lerobot extra is not installed (robolearn has diffusion, smolvla)
             raise ValueError(f"policy.type={config.type} needs a package that is not installed: {exc}") from None
         self.policy.eval()
         # lerobot's datasets give an observation time axis to the types that ask for observation deltas
