@@ -189,3 +189,51 @@ def test_a_lerobot_folder_is_served_as_saved_and_needs_what_it_was_trained_on(en
             HABC(policy, HABCConfig())
     finally:
         camera.close()
+
+
+def test_a_tiny_smolvla_from_a_local_folder_reads_the_instruction_and_is_served_offline(tmp_path):
+    """SmolVLA (policy.path): its backbone's config and tokenizer from a local folder, nothing from the hub
+    (HF_HUB_OFFLINE=1 in every test); the task's instruction observation is its lerobot task string."""
+    from types import SimpleNamespace
+
+    from robolearn.builders import task_specs
+    from robolearn.sim.cube_tasks import INSTRUCTION_BYTES, PickCubeColorConfig, PickCubeEnv
+    from robolearn.specs import encode_text
+    from tests.tiny_smolvla import tiny_smolvla_folder
+
+    task = PickCubeEnv(PickCubeColorConfig(language=True, scene_state=False, cameras=["front"], camera_size=32,
+                                           camera_shadows=False))
+    try:
+        state_dim = task.observation_spec.arrays["state"].shape[0]
+        folder = tiny_smolvla_folder(tmp_path, state_dim, 6, {"front": 32}, chunk=H)
+        policy = make_lerobot_policy(task.observation_spec, task.action_spec, LerobotPolicyConfig(path=str(folder)))
+        assert policy.policy.config.type == "smolvla" and policy.needs_instruction and policy.horizon == H
+        obs, _ = task.reset(seed=0)
+        server = PolicyServer(ChunkPolicyRunner(policy, task.observation_spec, 6))
+        clients = [RemoteClient(server.endpoint, f"robot-{i}", H, 6) for i in range(2)]
+        asked = [{**obs, "instruction": encode_text(f"pick up the {c} cube", INSTRUCTION_BYTES)}
+                 for c in ("red", "blue")]
+        try:
+            for i, c in enumerate(clients):
+                c.submit(ChunkRequest(i, 0, asked[i], np.zeros((0, 6), np.float32), robot_id=f"robot-{i}"))
+            time.sleep(0.2)  # both are waiting: one forward pass serves them
+            assert server.serve_once(1000) == 2
+            chunks = [c.poll(0, timeout_ms=5000)[0].actions for c in clients]
+        finally:
+            for c in clients:
+                c.close()
+            server.close()
+        assert list(server.batch_sizes) == [2] and all(a.shape == (H, 6) and np.isfinite(a).all() for a in chunks)
+
+        def chunk(observation):
+            torch.manual_seed(0)  # the flow's noise
+            return policy.predict_chunk({k: v[None] for k, v in observation.items()}, np.zeros((1, 0, 6)),
+                                        np.zeros(1, np.int64))
+
+        assert not np.allclose(chunk(asked[0]), chunk(asked[1]))  # the words reach the model
+        one_hot = PickCubeColorConfig(scene_state=False, cameras=["front"], camera_size=32)  # no instruction
+        with pytest.raises(ValueError, match="reads an instruction.*task.language=true"):
+            make_lerobot_policy(task_specs(SimpleNamespace(task=one_hot, robot=None))[0], task.action_spec,
+                                LerobotPolicyConfig(path=str(folder)))
+    finally:
+        task.close()

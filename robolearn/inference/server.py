@@ -233,11 +233,12 @@ class PolicyServer:
 
 
 def build_runner(task: str, policy: str, weights: str | None, overrides: dict | None = None,
-                 checkpoint: str | None = None) -> ChunkPolicyRunner:
-    """The task's specs (its robot is never connected) and the named policy (registry names), with weights
-    from a state-dict file (``weights``) or a run's checkpoint (``checkpoint``, which also sets the version)."""
+                 checkpoint: str | None = None, task_overrides: dict | None = None) -> ChunkPolicyRunner:
+    """The task's specs (its robot is never connected; ``task_overrides``: its config's fields) and the named
+    policy (registry names), with weights from a state-dict file (``weights``) or a run's checkpoint
+    (``checkpoint``, which also sets the version)."""
     t, p = lookup("task", task), lookup("policy", policy)
-    obs_spec, action_spec = task_specs(SimpleNamespace(task=t.config_cls(), robot=None))
+    obs_spec, action_spec = task_specs(SimpleNamespace(task=t.config_cls(**(task_overrides or {})), robot=None))
     model = p.factory(obs_spec, action_spec, p.config_cls(**(overrides or {})))
     version = 0
     if weights:

@@ -14,7 +14,9 @@ Two ways to get one (docs/algorithms.md, "lerobot policies"):
   saved: lerobot's own preprocessing, ``predict_action_chunk`` and postprocessing, exactly as lerobot's
   async-inference server runs it. Its input features must be observations the task provides (``state`` is
   ``observation.state``; a camera ``front`` is ``observation.images.front``, sent as uint8 (H, W, 3) and turned
-  into float (3, H, W) in [0, 1] here). Served only: robolearn does not train a policy with another's scaling.
+  into float (3, H, W) in [0, 1] here). A policy whose preprocessor tokenizes the task (SmolVLA) gets the task's
+  text observation (the instruction) as lerobot's ``task`` string. Served only: robolearn does not train a policy
+  with another's scaling.
 
 Neither is prefix-conditioned: the committed prefix of a request is ignored (the chunk executor's splice keeps
 the committed actions), and neither explores: ``explore`` is ignored, so ACT in eval mode gives one chunk per
@@ -41,7 +43,7 @@ import torch
 from torch import nn
 
 from robolearn.policies.mlp import ObsNormaliser, state_vector_spec
-from robolearn.specs import ActionSpec, ArraySpec, ObservationSpec
+from robolearn.specs import ActionSpec, ArraySpec, ObservationSpec, decode_text, is_text
 
 OBS_STATE, OBS_ENV_STATE, OBS_IMAGES, ACTION = ("observation.state", "observation.environment_state",
                                                 "observation.images.", "action")
@@ -161,6 +163,7 @@ class LerobotFolderPolicy(nn.Module):
         super().__init__()
         from lerobot.configs.policies import PreTrainedConfig
         from lerobot.policies import get_policy_class, make_pre_post_processors
+        from lerobot.processor import TokenizerProcessorStep
 
         self.path = path
         cfg = PreTrainedConfig.from_pretrained(path)
@@ -171,6 +174,10 @@ class LerobotFolderPolicy(nn.Module):
         self.policy.eval()
         self.pre, self.post = make_pre_post_processors(self.policy.config, pretrained_path=path)
         self.action_spec = action_spec
+        # a language-conditioned policy (SmolVLA, pi0, ...): its preprocessor tokenizes the frame's task string, which
+        # comes from the task's text observation (found by check_task)
+        self.needs_instruction = any(isinstance(step, TokenizerProcessorStep) for step in self.pre.steps)
+        self.text_key: str | None = None
         arrays = {}
         for key, feat in self.policy.config.input_features.items():
             if key == OBS_STATE:
@@ -186,6 +193,13 @@ class LerobotFolderPolicy(nn.Module):
 
     def check_task(self, obs_spec: ObservationSpec) -> None:
         """Raise naming what the folder's policy needs that the task does not provide (or provides otherwise)."""
+        if self.needs_instruction:
+            texts = [k for k, spec in obs_spec.arrays.items() if is_text(spec)]
+            if not texts:
+                raise ValueError(f"the lerobot {self.policy.config.type} policy in {self.path} reads an instruction "
+                                 f"(its processor tokenizes the task); the task has no text observation, it provides "
+                                 f"{sorted(obs_spec.arrays)} (pick_cube_color: task.language=true)")
+            self.text_key = texts[0]
         for key, spec in self.observation_spec.arrays.items():
             if key not in obs_spec.arrays:
                 raise ValueError(f"the lerobot {self.policy.config.type} policy in {self.path} needs observation "
@@ -205,6 +219,10 @@ class LerobotFolderPolicy(nn.Module):
             else:  # (B, H, W, 3) uint8 -> (B, 3, H, W) float in [0, 1], channels-last in memory
                 batch[OBS_IMAGES + key] = t.permute(0, 3, 1, 2).float().contiguous(
                     memory_format=torch.channels_last) / 255.0
+        if self.needs_instruction:  # lerobot's task strings ("" before check_task: the build's trial on zeros)
+            rows = len(next(iter(observations.values())))
+            batch["task"] = ([decode_text(r) for r in observations[self.text_key]] if self.text_key
+                             else [""] * rows)
         with torch.inference_mode():
             chunk = self.policy.predict_action_chunk(self.pre(batch))  # (B, H, A), normalised by lerobot
             # one postprocessor call for the whole chunk: its unnormalisation broadcasts over (B, H, A)

@@ -124,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--weights", help="state dict file (torch.save) for the policy")
     ap.add_argument("--checkpoint", help="a run's checkpoint (runs/<name>/checkpoints/latest.pt) for the policy")
     ap.add_argument("--policy-config", default="{}", help="JSON of policy config fields, e.g. '{\"chunk_horizon\": 8}'")
+    ap.add_argument("--task-config", default="{}",
+                    help="JSON of task config fields, e.g. '{\"language\": true, \"cameras\": [\"front\"]}'")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--keys-dir", help="CurveZMQ keys (robolearn keys generate): the server folder; required "
                                        "for a non-loopback --host")
@@ -140,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     register_builtins()
-    runner = build_runner(args.task, args.policy, args.weights, json.loads(args.policy_config), args.checkpoint)
+    runner = build_runner(args.task, args.policy, args.weights, json.loads(args.policy_config), args.checkpoint,
+                          json.loads(args.task_config))
     server = PolicyServer(runner, args.host, args.port, args.max_batch, args.weights_endpoint,
                           tuple(args.extra_latency_ms) if args.extra_latency_ms else None,
                           keys=load_keys(args.keys_dir), concurrent_latency=args.concurrent_latency)
