@@ -11,7 +11,7 @@ PYTEST := $(VENV)/bin/python -m pytest
 
 .PHONY: setup chromium run test test-all bench bench-reach bench-buffer bench-experts bench-delay-sweep bench-control-loop \
 	bench-inference-rtt bench-learner-speed bench-hil bench-learn-async bench-chaos bench-reward bench-gui bench-fleet \
-	bench-data-plane bench-table lint clean
+	bench-data-plane bench-vla bench-table lint clean
 
 setup: $(VENV)/.installed
 
@@ -78,6 +78,9 @@ bench-reward: setup
 
 bench-fleet: setup
 	$(VENV)/bin/python benchmarks/fleet.py $(ARGS)
+
+bench-vla: setup
+	$(VENV)/bin/python benchmarks/vla.py $(ARGS)
 
 bench-data-plane: setup
 	$(VENV)/bin/python benchmarks/data_plane.py $(ARGS)
