@@ -67,3 +67,31 @@ def fast_run_overrides(name: str, minutes: float) -> list[str]:
     return [f"run_name={name}", f"budget.minutes={minutes}", "policy.hidden_dims=[32,32]",
             "algo.critic_hidden_dims=[32,32]", "learner.batch_size=32", "learner.learning_starts=100",
             "learner.publish_every=10", "learner.checkpoint_every_s=2", "runtime.live_console=false"]
+
+
+def serve_in_one_batch(policy, obs_spec, observations: list[dict[str, np.ndarray]],
+                       version: int = 0) -> tuple[list[np.ndarray], list[int]]:
+    """Each observation from its own robot (a ``RemoteClient``) to one ``PolicyServer`` of ``policy``, all asked
+    before the server looks, so one forward pass can serve them: the robots' chunks (each as its client checked
+    it: (policy.horizon, A)) and the server's batch sizes."""
+    from robolearn.inference.client import RemoteClient
+    from robolearn.inference.protocol import ChunkRequest
+    from robolearn.inference.runner import ChunkPolicyRunner
+    from robolearn.inference.server import PolicyServer
+
+    dim = policy.action_dim if hasattr(policy, "action_dim") else policy.action_spec.dim
+    server = PolicyServer(ChunkPolicyRunner(policy, obs_spec, dim, version=version))
+    clients = [RemoteClient(server.endpoint, f"robot-{i}", policy.horizon, dim) for i in range(len(observations))]
+    try:
+        for i, (c, obs) in enumerate(zip(clients, observations)):
+            c.submit(ChunkRequest(i, 10, obs, np.zeros((0, dim), np.float32), planned_delay=0, robot_id=f"robot-{i}"))
+        time.sleep(0.2)  # all are waiting: one forward pass serves them
+        served = 0
+        while served < len(observations):
+            served += server.serve_once(1000)
+        chunks = [c.poll(0, timeout_ms=5000)[0].actions for c in clients]
+    finally:
+        for c in clients:
+            c.close()
+        server.close()
+    return chunks, list(server.batch_sizes)

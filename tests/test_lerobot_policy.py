@@ -2,7 +2,6 @@
 the task's state are served by the policy server and trained by HABC (and ACT by Hi-ORS); a lerobot
 ``save_pretrained`` folder is served as saved; the wrong combinations are refused by name."""
 
-import time
 
 import numpy as np
 import pytest
@@ -10,16 +9,13 @@ import torch
 
 from robolearn.builders import build_policy
 from robolearn.config import compose, validate
-from robolearn.inference.client import RemoteClient
-from robolearn.inference.protocol import ChunkRequest
-from robolearn.inference.runner import ChunkPolicyRunner
-from robolearn.inference.server import PolicyServer
 from robolearn.learner.habc import HABC, HABCConfig
 from robolearn.learner.hiors import HiORS, HiORSConfig
 from robolearn.learner.sac import SAC, SACConfig
 from robolearn.policies.lerobot_policy import LerobotPolicyConfig, make_lerobot_policy
 from robolearn.sim.reach import ReachConfig, ReachEnv
 from robolearn.transport.weights import weights_arrays
+from tests.helpers import serve_in_one_batch
 
 H = 5
 TINY_ACT = {"chunk_size": H, "dim_model": 32, "n_heads": 2, "dim_feedforward": 64,
@@ -79,20 +75,9 @@ def tiny_diffusion(env):
 @pytest.mark.parametrize("build", [tiny_act, tiny_diffusion], ids=["act", "diffusion"])
 def test_an_act_or_diffusion_built_by_type_is_served_to_two_robots_in_one_batch_and_its_weights_travel(env, build):
     policy = build(env)
-    server = PolicyServer(ChunkPolicyRunner(policy, env.observation_spec, 6, version=2))
-    clients = [RemoteClient(server.endpoint, f"robot-{i}", policy.horizon, 6) for i in range(2)]
-    try:
-        for i, c in enumerate(clients):
-            obs, _ = env.reset(seed=i)
-            c.submit(ChunkRequest(i, 10, obs, np.zeros((0, 6), np.float32), planned_delay=0, robot_id=f"robot-{i}"))
-        time.sleep(0.2)  # both are waiting: one forward pass serves them
-        assert server.serve_once(1000) == 2
-        chunks = [c.poll(0, timeout_ms=2000)[0].actions for c in clients]
-    finally:
-        for c in clients:
-            c.close()
-        server.close()
-    assert list(server.batch_sizes) == [2] and all(a.shape == (policy.horizon, 6) for a in chunks)
+    chunks, batches = serve_in_one_batch(policy, env.observation_spec, [env.reset(seed=i)[0] for i in range(2)],
+                                         version=2)
+    assert batches == [2] and all(a.shape == (policy.horizon, 6) for a in chunks)
     assert np.abs(np.stack(chunks)).max() <= 1.0 and not np.allclose(chunks[0], chunks[1])
     # the weights on the wire rebuild the same policy in another process (an actor, the server)
     torch.manual_seed(1)  # a different initialisation, overwritten by the weights
@@ -209,21 +194,10 @@ def test_a_tiny_smolvla_from_a_local_folder_reads_the_instruction_and_is_served_
         policy = make_lerobot_policy(task.observation_spec, task.action_spec, LerobotPolicyConfig(path=str(folder)))
         assert policy.policy.config.type == "smolvla" and policy.needs_instruction and policy.horizon == H
         obs, _ = task.reset(seed=0)
-        server = PolicyServer(ChunkPolicyRunner(policy, task.observation_spec, 6))
-        clients = [RemoteClient(server.endpoint, f"robot-{i}", H, 6) for i in range(2)]
         asked = [{**obs, "instruction": encode_text(f"pick up the {c} cube", INSTRUCTION_BYTES)}
                  for c in ("red", "blue")]
-        try:
-            for i, c in enumerate(clients):
-                c.submit(ChunkRequest(i, 0, asked[i], np.zeros((0, 6), np.float32), robot_id=f"robot-{i}"))
-            time.sleep(0.2)  # both are waiting: one forward pass serves them
-            assert server.serve_once(1000) == 2
-            chunks = [c.poll(0, timeout_ms=5000)[0].actions for c in clients]
-        finally:
-            for c in clients:
-                c.close()
-            server.close()
-        assert list(server.batch_sizes) == [2] and all(a.shape == (H, 6) and np.isfinite(a).all() for a in chunks)
+        chunks, batches = serve_in_one_batch(policy, task.observation_spec, asked)
+        assert batches == [2] and all(a.shape == (H, 6) and np.isfinite(a).all() for a in chunks)
 
         def chunk(observation):
             torch.manual_seed(0)  # the flow's noise

@@ -27,6 +27,7 @@ from robolearn.policies.vla import VLAPolicy, VLAPolicyConfig
 from robolearn.record import record
 from robolearn.sim.cube_tasks import INSTRUCTION_BYTES, PickCubeColorConfig, PickCubeEnv
 from robolearn.specs import SpecError, decode_text, encode_text
+from tests.helpers import serve_in_one_batch
 
 H, D = 6, 3
 SIZE = 32  # camera pixels: enough to test the wiring, cheap to render
@@ -112,21 +113,8 @@ def test_the_vla_is_refused_by_name_without_an_instruction_or_a_camera_and_two_s
 
 
 def test_a_vla_is_served_to_two_robots_in_one_batch(env):
-    policy = tiny_vla(env)
-    server = PolicyServer(ChunkPolicyRunner(policy, env.observation_spec, 6, version=1))
-    clients = [RemoteClient(server.endpoint, f"robot-{i}", H, 6) for i in range(2)]
-    try:
-        for i, c in enumerate(clients):
-            obs, _ = env.reset(seed=i)
-            c.submit(ChunkRequest(i, 10, obs, np.zeros((0, 6), np.float32), planned_delay=0, robot_id=f"robot-{i}"))
-        time.sleep(0.2)  # both are waiting: one forward pass serves them
-        assert server.serve_once(1000) == 2
-        chunks = [c.poll(0, timeout_ms=2000)[0].actions for c in clients]
-    finally:
-        for c in clients:
-            c.close()
-        server.close()
-    assert list(server.batch_sizes) == [2] and all(a.shape == (H, 6) for a in chunks)
+    chunks, batches = serve_in_one_batch(tiny_vla(env), env.observation_spec, [env.reset(seed=i)[0] for i in range(2)])
+    assert batches == [2] and all(a.shape == (H, 6) for a in chunks)
     assert np.abs(np.stack(chunks)).max() <= 1.0
 
 
