@@ -281,6 +281,10 @@ def check_buildable(cfg: RunConfig) -> None:
     if unused:  # said, not silent: the policy acts without them
         print(f"warning: policy={cfg.policy.name} does not use the observation keys {unused} of "
               f"task={cfg.task.name} (it reads {list(reads)})", file=sys.stderr)
+    if cfg.actor.chunking.mid_observation_ticks and not getattr(policy, "takes_mid_observation", False):
+        raise ConfigError("config error at 'actor.chunking.mid_observation_ticks': two-stage requests need a two-stage "
+                          f"policy (a trunk and a head: policy.mid_observation=true); policy={cfg.policy.name} is not "
+                          "one, and every request would be refused")
     if cfg.actor.realtime and cfg.actor.async_inference and getattr(policy, "horizon", 1) < 2:
         raise ConfigError("config error at 'actor.async_inference': the loop never waits for the policy, so a chunk "
                           "is used one tick after it is asked for at the earliest, and a policy of one action per "

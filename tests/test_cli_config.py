@@ -53,6 +53,7 @@ def test_resume_of_a_missing_run_says_so(tmp_path):
     ({"algo": "habc"}, "algo=habc"),                          # habc needs policy=flow_chunk
     ({"policy": "flow_chunk"}, "algo=sac"),                   # sac needs policy=mlp
     ({"robot": "so101"}, "task=reach robot=so101"),           # sim tasks refuse a real robot
+    ({"actor.chunking.mid_observation_ticks": "1"}, "need a two-stage policy"),  # the mlp policy is one-stage
 ])
 def test_parts_that_do_not_fit_together_are_named_before_any_process(overrides, named):
     from robolearn.config import check_buildable

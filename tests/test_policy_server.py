@@ -234,3 +234,49 @@ def test_emulated_latency_is_served_one_batch_at_a_time_or_concurrently(env, con
         assert all(0.28 <= w < 0.5 for w in waits), waits
     else:
         assert waits[2] >= 0.45, waits  # batched behind the first: about 0.6 - 0.1 s
+
+
+def test_a_newer_request_ends_the_wait_of_an_older_two_stage_one_and_no_weights_land_between_trunk_and_head(env):
+    from robolearn.transport.sockets import bind_random_port
+    from robolearn.transport.weight_sync import DeltaPublisher
+    from robolearn.transport.weights import weights_arrays
+
+    torch.manual_seed(0)
+    policy = FlowChunkPolicy(env.observation_spec, env.action_spec,
+                             FlowChunkPolicyConfig(**POLICY_CFG, mid_observation=True))
+    ctx = zmq.Context()
+    pub = ctx.socket(zmq.PUB)
+    endpoint = bind_random_port(pub)
+    runner = ChunkPolicyRunner(policy, env.observation_spec, A, version=3)
+    server = PolicyServer(runner, weights_endpoint=endpoint, mid_timeout_s=0.5)
+    client = RemoteClient(server.endpoint, "robot-0", H, A)
+    obs, _ = env.reset(seed=0)
+    prefix = np.full((3, A), 0.5, np.float32)
+    try:
+        deadline = time.monotonic() + 10
+        while runner.version != 4:  # PUB/SUB joins asynchronously: publish until the server has taken it
+            assert time.monotonic() < deadline, "server never applied the published weights"
+            send(pub, "weights", "learner", 4, *DeltaPublisher().encode(4, weights_arrays(policy)))
+            server.serve_once(100)
+        client.submit(ChunkRequest(0, 100, obs, prefix, planned_delay=3, robot_id="robot-0", mid_ticks=1))
+        assert server.serve_once(1000) == 1 and len(server._awaiting) == 1  # the trunk ran; it waits
+        while server.weights.pending is None:  # version 5 arrives while request 0 waits for its mid observation
+            assert time.monotonic() < deadline, "version 5 never arrived"
+            send(pub, "weights", "learner", 5, *DeltaPublisher().encode(5, weights_arrays(policy)))
+            server.serve_once(20)
+        assert runner.version == 4  # not between request 0's trunk and its head
+        client.submit(ChunkRequest(1, 103, obs, np.zeros((0, A), np.float32), robot_id="robot-0"))  # asked anew
+        got = []
+        while time.monotonic() < deadline and not got:
+            server.serve_once(50)
+            got += client.poll(103, timeout_ms=10)
+        time.sleep(0.6)  # past request 0's wait: it must not be answered late
+        server.serve_once(50)
+        got += client.poll(103, timeout_ms=100)
+    finally:
+        client.close()
+        server.close()
+        pub.close(linger=0)
+        ctx.term()
+    assert [r.request_id for r in got] == [1]  # request 0 was given up: no late answer for it
+    assert not server._awaiting and runner.version == 5  # nothing waits, so the new weights are in

@@ -123,10 +123,7 @@ def test_two_stage_the_trunk_never_sees_the_mid_observation_and_the_head_reads_o
     first, _ = env.reset(seed=0)
     mid = {k: v.copy() for k, v in first.items()}
     prefix, lens, k = np.zeros((1, D, 6), np.float32), np.array([2]), np.array([1])
-    features = policy.predict_trunk(one(first), prefix, lens, k)
-    # the trunk's features are computed from what is known at request time; nothing of mid enters them
-    again = policy.predict_trunk(one(first), prefix, lens, k)
-    torch.testing.assert_close(features, again)
+    features = policy.predict_trunk(one(first), prefix, lens, k)  # at request time: no mid observation exists yet
 
     def head(observation):
         torch.manual_seed(7)  # the same flow noise

@@ -10,8 +10,9 @@ the request's batch as soon as it arrives, and the request waits for its ``chunk
 observation); the heads of the requests whose mid observations came in together run as one batch, and only they
 see those observations. A request whose mid observation does not come within ``mid_timeout_s`` (it was lost, or
 the robot gave up on the request) is answered with the whole policy on its first observation; a newer request
-from the same robot ends the wait of its older ones (the robot gave up on those). The emulated latency
-(``extra_latency_ms``) applies to one-stage batches only.
+from the same robot ends the wait of its older ones (the robot gave up on those). New weights are taken only while
+no two-stage request waits (its trunk and head are one version). ``batches`` counts forward passes of every kind
+(whole batches, trunks, heads). The emulated latency (``extra_latency_ms``) applies to one-stage batches only.
 
 Malformed or mismatching requests are rejected with a counted reason, never fatal. Run it as
 
@@ -64,6 +65,7 @@ class AwaitingMid:
     request: ChunkRequest
     trunk: TrunkResult
     since: float                    # perf_counter when the trunk finished
+    identity: bytes                 # the connection it came on (the answer goes to the newest one the robot used)
 
 
 class PolicyServer:
@@ -73,7 +75,7 @@ class PolicyServer:
                  mid_timeout_s: float = 1.0) -> None:
         self.runner = runner
         self.mid_timeout_s = mid_timeout_s
-        self._awaiting: dict[tuple[bytes, int], AwaitingMid] = {}  # (robot, request id) -> its trunk's result
+        self._awaiting: dict[tuple[str, int], AwaitingMid] = {}  # (robot id, request id) -> its trunk's result
         # emulate a heavier model: each batch's answers take a uniform draw in this range (ms) in all. Serially
         # (the server waits it out before the next batch: one model, one batch at a time), or with
         # ``concurrent_latency`` held back while later batches are served (a server that runs several at once)
@@ -122,34 +124,43 @@ class PolicyServer:
             got.append((identity, req))
         return got, mids
 
+    def _forget_older(self, requests: list[ChunkRequest]) -> None:
+        """A robot that asks anew (one-stage or two-stage) gave up on its older requests: stop waiting for them."""
+        newest: dict[str, int] = {}
+        for req in requests:
+            newest[req.robot_id] = max(newest.get(req.robot_id, -1), req.request_id)
+        for key in [k for k in self._awaiting if k[1] < newest.get(k[0], -1)]:
+            del self._awaiting[key]
+
     def _start_two_stage(self, batch: list[tuple[bytes, ChunkRequest]]) -> None:
-        """The trunk on the two-stage requests now; each waits for its mid observation."""
+        """The trunk on the two-stage requests now; each waits for its mid observation. Keyed by the robot's id,
+        not its connection: a request sent again after a reconnect replaces its earlier self."""
         trunk = self.runner.run_trunk([req for _, req in batch])
-        self.batch_sizes.append(len(batch))
+        self._count_pass(len(batch))
         now = time.perf_counter()
         for row, (identity, req) in enumerate(batch):
-            for key in [k for k in self._awaiting if k[0] == identity and k[1] < req.request_id]:
-                del self._awaiting[key]  # the robot asked anew: it gave up on its older requests
-            self._awaiting[(identity, req.request_id)] = AwaitingMid(req, trunk.row(row), now)
+            self._awaiting[(req.robot_id, req.request_id)] = AwaitingMid(req, trunk.row(row), now, identity)
 
     def _finish_two_stage(self, mids: list[tuple[bytes, MidObservation]]) -> list[tuple[bytes, ChunkResponse]]:
-        """The heads of the requests whose mid observations came in, as one batch."""
+        """The heads of the requests whose mid observations came in, as one batch; each answer goes to the
+        connection its mid observation came on."""
         ready: list[tuple[bytes, AwaitingMid]] = []
         for identity, mid in mids:
-            waiting = self._awaiting.get((identity, mid.request_id))
+            key = (mid.robot_id, mid.request_id)
+            waiting = self._awaiting.get(key)
             if waiting is None:
                 self.rejects.reject("chunk_mid for no request waiting for one (answered, given up, or never asked)")
                 continue
             if not 0 <= mid.tick - waiting.request.tick <= waiting.request.prefix_len:
                 self.rejects.reject("chunk_mid taken outside its request's committed prefix")
                 continue  # the request waits on; a good mid observation or the timeout finishes it
-            del self._awaiting[(identity, mid.request_id)]
+            del self._awaiting[key]
             waiting.request.mid_observation, waiting.request.mid_tick = mid.observation, mid.tick
             ready.append((identity, waiting))
         if not ready:
             return []
         responses = self.runner.run_head([w.request for _, w in ready], TrunkResult.stack([w.trunk for _, w in ready]))
-        self.batch_sizes.append(len(ready))
+        self._count_pass(len(ready))
         for resp in responses:
             resp.waited_for_mid = True  # held back for the robot's own mid observation
         return [(identity, resp) for (identity, _), resp in zip(ready, responses)]
@@ -162,8 +173,13 @@ class PolicyServer:
             return []
         waiting = [self._awaiting.pop(k) for k in late]
         responses = self.runner.run([w.request for w in waiting])
-        self.batch_sizes.append(len(waiting))
-        return [(identity, resp) for (identity, _), resp in zip(late, responses)]
+        self._count_pass(len(waiting))
+        return [(w.identity, resp) for w, resp in zip(waiting, responses)]
+
+    def _count_pass(self, size: int) -> None:
+        """One forward pass (a whole batch, a trunk, a head) of ``size`` requests."""
+        self.batches += 1
+        self.batch_sizes.append(size)
 
     def _send(self, identity: bytes, resp: ChunkResponse) -> None:
         meta, arrays = response_to_wire(resp)
@@ -184,7 +200,8 @@ class PolicyServer:
         ``close`` are dropped, as a stopping server's would be)."""
         if self.weights is not None:
             self.weights.poll()
-            if self.weights.apply_pending():
+            # never between a two-stage request's trunk and its head: both must be one weight version
+            if not self._awaiting and self.weights.apply_pending():
                 self.runner.version = self.weights.version
         self._send_due()
         if self._held:  # wake for the next held answer
@@ -198,6 +215,7 @@ class PolicyServer:
                 self._send(identity, resp)
             return 0
         everything, mids = self._drain()
+        self._forget_older([req for _, req in everything])
         batch = [(identity, req) for identity, req in everything if not req.mid_ticks]
         two_stage = [(identity, req) for identity, req in everything if req.mid_ticks]
         if two_stage:
@@ -218,9 +236,8 @@ class PolicyServer:
             time.sleep(max(0.0, total_s - (time.perf_counter() - t0)))
         for (identity, _), resp in zip(batch, responses):
             self._send(identity, resp)
-        self.batches += 1
         self.requests += len(batch)
-        self.batch_sizes.append(len(batch))
+        self._count_pass(len(batch))
         return len(everything) + len(mids)
 
     def close(self) -> None:

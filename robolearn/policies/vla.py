@@ -2,7 +2,7 @@
 a chunk of actions out, by the flow-matching chunk machinery of ``flow_chunk`` (docs/algorithms.md, "VLA").
 
     words  w_1..w_W = frozen word vectors of the instruction (W, 300)     policies.text_encoder
-    text   t = tanh(LN(W_o [attn_1; ..; attn_h])),  attn_j = sum_i softmax_i(q_j . P w_i / sqrt(F)) P w_i   (B, T)
+    text   t = tanh(LN(W_o [attn_1; ..; attn_h])),  attn_j = sum_i softmax_i(q_j . P w_i / sqrt(T)) P w_i   (B, T)
     vision v = [CNN_front(img_front); CNN_wrist(img_wrist)]              policies.encoders, (B, C * V): CameraEncoder,
                                                                           or KeypointEncoder's image positions
     trunk  e = Fuse([t; v; normalised state])                             (B, E)
@@ -95,7 +95,7 @@ class InstructionEncoder(nn.Module):
         self._cache: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}  # sentence bytes -> vectors, mask
 
     def lookup(self, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """uint8 (B, N) -> word vectors (B, W, 300) and the mask of known words (B, W), on ``text``'s device."""
+        """uint8 (B, N) -> word vectors (B, W, 300) and the mask of known words (B, W), on the projection's device."""
         rows = text.cpu().numpy()
         vectors = np.empty((len(rows), self.max_words, WIDTH), np.float32)
         mask = np.empty((len(rows), self.max_words), np.float32)
