@@ -21,7 +21,11 @@ from the front and wrist cameras, 64 px, without shadows), domain randomisation 
    round trip seen by the robots' clients.
 
 Goals (issue 18): ``vla_success`` >= 0.8, ``vla_paraphrase_success`` >= 0.7 (medians over policies).
-``dsrl_success_gain`` is not measured here yet (DSRL on a VLA base is not built).
+``dsrl_success_gain`` is not measured here: DSRL on a frozen VLA exists (``policy=dsrl policy.base.name=vla``), but
+this benchmark does not run it yet. Of the 36 paraphrases, 13 keep the trained colour word and change the rest; the
+others use another word for the colour. ``vla_inference_ms``: each sample is one round, from the first robot's
+submit until every robot has its chunk (with 4 robots: the slowest of the 4), the server and the clients in one
+thread of this process.
 """
 
 from __future__ import annotations
@@ -192,7 +196,8 @@ def main() -> None:
     goals = [goal("vla_success", success["median"], ">=", 0.8),
              goal("vla_paraphrase_success", para["median"], ">=", 0.7),
              goal("dsrl_success_gain", None, ">=", 0.15)]
-    path = write_result("vla", command, goals, task="pick_cube_color (language, scene from cameras)",
+    scene = "scene from cameras" if args.scene == "cameras" else "cube poses in the state too"
+    path = write_result("vla", command, goals, task=f"pick_cube_color (language, {scene})",
                         success=success, success_per_colour=per_colour, paraphrase_success=para,
                         paraphrase_success_per_colour=para_colour, vla_inference_ms=latency, runs=results, bc=bc,
                         parameters=sum(p.numel() for p in policies[0].parameters()),
@@ -203,7 +208,7 @@ def main() -> None:
                                   "eval_seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}",
                                   "camera_size": CAMERA_SIZE, "train_templates": TRAIN_TEMPLATES,
                                   "paraphrases": PARAPHRASES, "threads": 2},
-                        not_measured="dsrl_success_gain: DSRL on a VLA base is not built")
+                        not_measured="dsrl_success_gain: this benchmark does not run DSRL on the VLA yet")
     print(f"\nvla_success {success}, vla_paraphrase_success {para} -> {path}")
 
 
