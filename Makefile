@@ -11,7 +11,7 @@ PYTEST := $(VENV)/bin/python -m pytest
 
 .PHONY: setup chromium run test test-all bench bench-reach bench-buffer bench-experts bench-delay-sweep bench-control-loop \
 	bench-inference-rtt bench-learner-speed bench-hil bench-learn-async bench-chaos bench-reward bench-gui bench-fleet \
-	bench-data-plane bench-vla bench-table lint clean
+	bench-data-plane bench-vla bench-learn-tasks bench-table lint clean
 
 setup: $(VENV)/.installed
 
@@ -84,6 +84,9 @@ bench-vla: setup
 
 bench-data-plane: setup
 	$(VENV)/bin/python benchmarks/data_plane.py $(ARGS)
+
+bench-learn-tasks: setup
+	$(VENV)/bin/python benchmarks/learn_tasks.py $(ARGS)
 
 # the summary table in BENCHMARKS.md, from benchmarks/results/*.json
 bench-table: setup

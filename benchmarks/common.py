@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -122,3 +123,66 @@ def run_until_success(overrides: list[str], name: str, workdir: Path, target: fl
     return {"reached": reached, "exit_code": proc.returncode,
             "final": {k: last.get(k) for k in ("env_steps", "episodes", "success_rate_50", "updates")},
             "waited_for_learner_s": summary.get("waited_for_learner_s"), "curve": curve[::5]}
+
+
+def run_with_snapshots(overrides: list[str], name: str, workdir: Path, minutes: float, target: float,
+                       label: str = "", stop_at: float | None = None) -> tuple[list[dict], dict]:
+    """One ``robolearn run <overrides>`` of up to ``minutes``, its checkpoints copied aside as the learner writes
+    them ([{"minutes", "dir"}], minutes since the command was launched, so start-up counts), and the run's record
+    from ``run_until_success`` (``reached``: when the rolling training success first reached ``target``).
+    ``stop_at``: stop the run once the rolling training success reaches this (None: run the whole ``minutes``)."""
+    run_dir = workdir / "runs" / name
+    ckpt = run_dir / "checkpoints" / "latest.pt"
+    snapshots: list[dict] = []
+    seen_mtime, launched = [0.0], [time.time()]
+
+    def copy_a_new_checkpoint(t0: float) -> None:
+        launched[0] = t0
+        if ckpt.exists() and ckpt.stat().st_mtime != seen_mtime[0]:
+            seen_mtime[0] = ckpt.stat().st_mtime
+            snap = workdir / "snapshots" / name / f"{len(snapshots):03d}"
+            (snap / "checkpoints").mkdir(parents=True)
+            shutil.copy2(run_dir / "config.yaml", snap / "config.yaml")
+            shutil.copy2(ckpt, snap / "checkpoints" / "latest.pt")  # written atomically: whole, old or new
+            snapshots.append({"minutes": (seen_mtime[0] - t0) / 60, "dir": snap})
+
+    run = run_until_success(overrides, name, workdir, target if stop_at is None else stop_at, minutes,
+                            label=label or name, stop=stop_at is not None, each_second=copy_a_new_checkpoint)
+    if run["exit_code"] != 0:
+        raise RuntimeError(f"robolearn run {' '.join(overrides)} exited with {run['exit_code']}")
+    copy_a_new_checkpoint(launched[0])  # the one written as the run stopped
+    return snapshots, run
+
+
+def first_evaluated_at(snapshots: list[dict], target: float, episodes: int, seed: int,
+                       coarse_minutes: float = 0.0) -> tuple[dict | None, list[dict]]:
+    """The first checkpoint copy (time order) whose deterministic evaluation on ``episodes`` seeds from ``seed``
+    succeeds on at least ``target``: (that one or None, every evaluation made). With ``coarse_minutes`` > 0 only
+    one copy per that many minutes is evaluated until one reaches the target; then the copies between it and the
+    last coarse one below the target are evaluated in order, so the answer is the same first copy whenever
+    success, once reached, is not lost and found again inside one coarse step."""
+    evaluated: dict[int, dict] = {}
+
+    def score(i: int) -> float:
+        if i not in evaluated:
+            result = eval_success(snapshots[i]["dir"], episodes, seed)
+            evaluated[i] = {"minutes": round(snapshots[i]["minutes"], 3), "success": result["success_rate"],
+                            "mean_return": round(result["mean_return"], 3),
+                            "policy_version": result["policy_version"]}
+        return evaluated[i]["success"]
+
+    coarse, last_minutes = [], -float("inf")
+    for i, snap in enumerate(snapshots):
+        if snap["minutes"] - last_minutes >= coarse_minutes or i == len(snapshots) - 1:
+            coarse.append(i)
+            last_minutes = snap["minutes"]
+    below = -1
+    for i in coarse:
+        if score(i) >= target:
+            for j in range(below + 1, i):
+                if score(j) >= target:
+                    i = j
+                    break
+            return evaluated[i], [evaluated[k] for k in sorted(evaluated)]
+        below = i
+    return None, [evaluated[k] for k in sorted(evaluated)]

@@ -21,60 +21,24 @@ never evaluate at 90% within ``--minutes`` counts as not reached.
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import eval_success, goal, run_command, run_until_success, write_result  # noqa: E402
+from common import eval_success, first_evaluated_at, goal, run_command, run_with_snapshots, write_result  # noqa: E402
 
 GOAL_MINUTES = 5.0
 TARGET = 0.9
 EVAL_SEED = 900000
 
 
-def run_with_snapshots(seed: int, minutes: float, workdir: Path) -> tuple[list[dict], dict | None]:
-    """One ``robolearn run task=reach`` of ``minutes``; its checkpoints copied aside as they appear
-    ([{"minutes", "dir"}]) and when the rolling training success first reached 90% (or None)."""
-    name = f"bench-reach-s{seed}"
-    run_dir = workdir / "runs" / name
-    ckpt = run_dir / "checkpoints" / "latest.pt"
-    snapshots: list[dict] = []
-    seen_mtime = [0.0]
-
-    def copy_a_new_checkpoint(t0: float) -> None:
-        if ckpt.exists() and ckpt.stat().st_mtime != seen_mtime[0]:
-            seen_mtime[0] = ckpt.stat().st_mtime
-            snap = workdir / "snapshots" / name / f"{len(snapshots):03d}"
-            (snap / "checkpoints").mkdir(parents=True)
-            shutil.copy2(run_dir / "config.yaml", snap / "config.yaml")
-            shutil.copy2(ckpt, snap / "checkpoints" / "latest.pt")  # written atomically: whole, old or new
-            snapshots.append({"minutes": (seen_mtime[0] - t0) / 60, "dir": snap})
-
-    run = run_until_success(["task=reach", f"seed={seed}", "learner.checkpoint_every_s=10"], name, workdir, TARGET,
-                            minutes, label=f"seed {seed}", stop=False, each_second=copy_a_new_checkpoint)
-    if run["exit_code"] != 0:
-        raise RuntimeError(f"robolearn run (seed {seed}) exited with {run['exit_code']}")
-    return snapshots, run["reached"]
-
-
-def first_at_target(snapshots: list[dict], seed: int, episodes: int) -> tuple[dict | None, list[dict]]:
-    """Evaluate the copies in time order until one succeeds on >= 90%: (that one or None, every evaluation)."""
-    evaluated = []
-    for snap in snapshots:
-        result = eval_success(snap["dir"], episodes, EVAL_SEED + 1000 * seed)
-        evaluated.append({"minutes": round(snap["minutes"], 3), "success": result["success_rate"],
-                          "policy_version": result["policy_version"]})
-        if result["success_rate"] >= TARGET:
-            return evaluated[-1], evaluated
-    return None, evaluated
-
-
 def one_seed(seed: int, minutes: float, workdir: Path, episodes: int) -> dict:
-    snapshots, rolling = run_with_snapshots(seed, minutes, workdir)
-    reached, evaluated = first_at_target(snapshots, seed, episodes)
+    snapshots, run = run_with_snapshots(["task=reach", f"seed={seed}", "learner.checkpoint_every_s=10"],
+                                        f"bench-reach-s{seed}", workdir, minutes, TARGET, label=f"seed {seed}")
+    rolling = run["reached"]
+    reached, evaluated = first_evaluated_at(snapshots, TARGET, episodes, EVAL_SEED + 1000 * seed)
     at_rolling = None
     if rolling is not None:  # how the checkpoint written next after the rolling crossing evaluates
         after = [s for s in snapshots if s["minutes"] >= rolling["minutes"]]

@@ -146,3 +146,47 @@ def test_grad_clip_norm_bounds_each_networks_gradient():
         sac.update(batch)
         norms[clip] = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in sac._critic_params])).item()
     assert norms[1e-3] <= 1e-3 * (1 + 1e-4) and norms[0.0] > 1.0
+
+
+def test_bc_weight_pulls_the_actor_toward_the_demo_rows_actions_and_only_those():
+    """With ``bc_weight`` the actor's mean action on the demo rows' states moves to the demo action; the same
+    updates without it, or with no row marked offline, leave it far away (they are the same update)."""
+    g = torch.Generator().manual_seed(1)
+    demo_obs = torch.randn(8, 18, generator=g)
+    target = torch.full((8, 6), 0.8)
+
+    def train(bc_weight: float, offline_rows: int) -> tuple[float, SAC]:
+        sac = _sac(seed=3, bc_weight=bc_weight)
+        for step in range(150):
+            batch = _batch(b=16, seed=step)
+            batch["obs"][:8] = demo_obs
+            batch["action"][:8] = target
+            batch["reward"] = torch.full((16,), -1.0)  # |Q| > 0: TD3+BC's scale is not zero
+            batch["offline"] = torch.arange(16) < offline_rows
+            sac.update(batch)
+        with torch.no_grad():
+            mean = torch.tanh(sac.actor.head(sac.actor.features(demo_obs))[0])
+        return (mean - target).abs().mean().item(), sac
+
+    with_bc, sac = train(2.0, 8)
+    without, _ = train(0.0, 8)
+    unmarked, _ = train(2.0, 0)
+    assert with_bc < 0.15 < without
+    assert unmarked == without
+    assert "bc_error" in sac._last_actor_metrics
+
+
+def test_sample_windows_marks_the_demo_and_intervention_rows(tmp_path):
+    from robolearn.buffer.replay_buffer import ReplayBuffer
+    from robolearn.learner.sac import sample_windows
+    from tests.buffer_data import ACT, OBS, batch
+
+    buf = ReplayBuffer(tmp_path, OBS, ACT, capacity=1000, seed=0)
+    buf.add("r", batch(0, 0, 30, end="terminated"))
+    buf.add("r", batch(1, 0, 30, end="truncated", intervention=True))
+    buf.add("demo", batch(2, 0, 30, end="terminated", success=True), partition="demo")
+    drawn = sample_windows(buf, ACT, 400, 1, 0.99, demo_ratio=0.5, with_offline=True)
+    episode = drawn["obs"][:, 0]  # the state's first element is the episode id
+    assert torch.equal(drawn["offline"], episode >= 1)
+    assert 0.4 < drawn["offline"].float().mean().item() < 0.6
+    assert "offline" not in sample_windows(buf, ACT, 8, 1, 0.99, demo_ratio=0.5)

@@ -5,6 +5,7 @@ Reads top to bottom like the math (docs/algorithms.md, "SAC and RLPD"):
     y      = r + discount * (min_{j in subset} Q'_j(s', a') - alpha * log pi(a'|s')),  a' ~ pi(s')
     L_Q    = sum_i mean_B (Q_i(s, a) - y)^2
     L_pi   = mean_B (alpha * log pi(a~|s) - mean_i Q_i(s, a~)),  a~ ~ pi(s)
+             + bc_weight * mean_B |mean_i Q_i(s, a~)| * mean_{B demo} ||tanh(mu(s)) - a||^2   (optional)
     L_alpha = -mean_B log_alpha * (log pi(a~|s) + target_entropy)
 
 ``discount`` is gamma^n for an n-step (or H-step chunk) window and 0 after termination; the buffer
@@ -17,7 +18,9 @@ with stop-gradient; frames are randomly shifted by up to ``image_shift_pad`` pix
 batch (DrQ). ``grad_clip_norm`` clips every network's gradient. RLPD: ``demo_ratio`` of each batch comes
 from demo and intervention steps. A policy with ``discrete_gripper`` has its last action dim scored by its
 own Q-head (close / stay / open), trained here by double DQN (HIL-SERL's grasp critic); the ensemble
-scores the other dims.
+scores the other dims. With ``bc_weight`` > 0 the actor also imitates the demo and intervention steps of each
+batch (TD3+BC's term, scaled by the batch's mean |Q| so the weight does not depend on the reward's scale): from a
+few demos the policy starts near the demonstrator instead of learning it back through the critic alone.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from robolearn.buffer.replay_buffer import ReplayBuffer
+from robolearn.buffer.replay_buffer import PARTITIONS, ReplayBuffer
 from robolearn.learner.device import module_device
 from robolearn.policies.encoders import random_shift
 from robolearn.policies.mlp import GaussianChunkPolicy, gripper_class
@@ -58,6 +61,7 @@ class SACConfig:
     demo_ratio: float = 0.5        # RLPD: share of each batch drawn from demo + intervention steps (when any)
     image_shift_pad: int = 4       # random-shift augmentation of camera frames, pixels (0: off)
     grad_clip_norm: float = 0.0    # > 0: clip each network's gradient to this norm (lerobot's default, 40)
+    bc_weight: float = 0.0         # > 0: the actor also imitates demo + intervention steps (TD3+BC's term)
 
     def __post_init__(self) -> None:
         if self.num_critics < 2 or not 1 <= self.critic_subset <= self.num_critics:
@@ -73,6 +77,8 @@ class SACConfig:
             raise ValueError(f"algo.grad_clip_norm must be >= 0 (0: off), got {self.grad_clip_norm}")
         if self.actor_update_every < 1:
             raise ValueError(f"algo.actor_update_every must be >= 1, got {self.actor_update_every}")
+        if self.bc_weight < 0:
+            raise ValueError(f"algo.bc_weight must be >= 0 (0: off), got {self.bc_weight}")
 
 
 class EnsembleLinear(nn.Module):
@@ -162,22 +168,25 @@ def optimiser_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, params:
 
 def sample_windows(buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: int, horizon: int, gamma: float,
                    demo_ratio: float, keys: tuple[str, ...] | list[str] = (),
-                   image_shift_pad: int = 0) -> dict[str, torch.Tensor]:
+                   image_shift_pad: int = 0, with_offline: bool = False) -> dict[str, torch.Tensor]:
     """One batch of H-step windows (RLPD: ``demo_ratio`` of it from demo and intervention steps, pooled by size, the
     rest online; all online while there are none): obs (B, D), action (B, H * A) in [-1, 1], reward (B,) H-step
     return, discount (B,), next_obs (B, D). With ``keys`` (cameras, an instruction) obs and next_obs are
     {"state": (B, D), key: (B, ...)}, each camera frame (uint8 (B, H, W, 3)) shifted by up to ``image_shift_pad``
-    pixels with the replay generator."""
+    pixels with the replay generator. ``with_offline``: also ``offline`` (B,) bool, the row is a demo or
+    intervention step."""
     sizes = buffer.partition_sizes()
     offline = sizes["demo"] + sizes["intervention"]
     mix = None
     if demo_ratio > 0 and offline:
         mix = {"online": 1 - demo_ratio, "demo": demo_ratio * sizes["demo"] / offline,
                "intervention": demo_ratio * sizes["intervention"] / offline}
-    drawn = buffer.sample(batch_size, horizon=horizon, gamma=gamma, mix=mix)
+    drawn = buffer.sample(batch_size, horizon=horizon, gamma=gamma, mix=mix, with_info=with_offline)
     action = action_spec.to_normalised(drawn["action"]).reshape(len(drawn["action"]), -1)
     batch = {"action": torch.from_numpy(action), "reward": torch.from_numpy(drawn["reward"]),
              "discount": torch.from_numpy(drawn["discount"])}
+    if with_offline:
+        batch["offline"] = torch.from_numpy(drawn["partition"] != PARTITIONS.index("online"))
     for side in ("obs", "next_obs"):
         state = torch.from_numpy(drawn[f"{side}.state"])
         if not keys:
@@ -223,16 +232,23 @@ def critic_step(optimizer: torch.optim.Optimizer, params: list[torch.Tensor], cr
 
 def actor_step(optimizer: torch.optim.Optimizer, params: list[torch.Tensor], critic: EnsembleCritic,
                temperature: Temperature, feat: torch.Tensor, action: torch.Tensor, log_prob: torch.Tensor,
-               alpha: float, clip_norm: float = 0.0) -> dict[str, float]:
+               alpha: float, clip_norm: float = 0.0, bc_error: torch.Tensor | None = None,
+               bc_weight: float = 0.0) -> dict[str, float]:
     """L_pi = mean_B (alpha * log pi - mean_i Q_i(s, a~)) on ``params`` (the critic only passes gradients through),
     then the temperature's step on the same log-probabilities; the actor's metrics. ``action`` (B, H * A) is the
-    policy's reparameterised sample for ``feat`` (B, F), ``log_prob`` (B,) its log-probability."""
+    policy's reparameterised sample for ``feat`` (B, F), ``log_prob`` (B,) its log-probability. ``bc_error``: the
+    mean squared error of the policy's mean action on the batch's demo rows (a scalar), added with weight
+    ``bc_weight * mean_B |Q|`` (TD3+BC's scale)."""
     q_pi = critic(feat, action).mean(dim=0)
     actor_loss = (alpha * log_prob - q_pi).mean()
+    metrics = {}
+    if bc_error is not None:
+        actor_loss = actor_loss + bc_weight * q_pi.abs().mean().detach() * bc_error
+        metrics["bc_error"] = bc_error.item()
     optimiser_step(optimizer, actor_loss, params, clip_norm)
     mean_log_prob = log_prob.mean().item()
     temperature.update(mean_log_prob)
-    return {"actor_loss": actor_loss.item(), "alpha": temperature.alpha, "entropy": -mean_log_prob}
+    return {"actor_loss": actor_loss.item(), "alpha": temperature.alpha, "entropy": -mean_log_prob, **metrics}
 
 
 @torch.no_grad()
@@ -276,7 +292,7 @@ class SAC:
     def sample_batch(self, buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: int) -> dict[str, torch.Tensor]:
         cameras = self.actor.encoder.keys if self.actor.encoder is not None else []
         return sample_windows(buffer, action_spec, batch_size, self.actor.horizon, self.cfg.gamma, self.cfg.demo_ratio,
-                              cameras, self.cfg.image_shift_pad)
+                              cameras, self.cfg.image_shift_pad, with_offline=self.cfg.bc_weight > 0)
 
     @torch.no_grad()
     def td_target(self, reward: torch.Tensor, discount: torch.Tensor, next_feat: torch.Tensor,
@@ -329,9 +345,19 @@ class SAC:
             feat = feat.detach()  # stop-gradient: the actor loss does not move the encoder
             new_action, log_prob = self.actor.sample_features(feat)
             self._last_actor_metrics = actor_step(self.actor_opt, self._actor_params, self.critic, self.temperature,
-                                                  feat, new_action, log_prob, alpha, self.cfg.grad_clip_norm)
+                                                  feat, new_action, log_prob, alpha, self.cfg.grad_clip_norm,
+                                                  self.bc_error(feat, action, batch.get("offline")),
+                                                  self.cfg.bc_weight)
         metrics.update(self._last_actor_metrics)
         return metrics
+
+    def bc_error(self, feat: torch.Tensor, action: torch.Tensor, offline: torch.Tensor | None) -> torch.Tensor | None:
+        """mean over the demo rows of ||tanh(mu(s)) - a||^2 / (H * A) (None without ``bc_weight`` or demo rows).
+        ``feat`` (B, F), ``action`` (B, H * A) the continuous actions taken, ``offline`` (B,) bool."""
+        if self.cfg.bc_weight <= 0 or offline is None or not bool(offline.any()):
+            return None
+        mean_action = torch.tanh(self.actor.head(feat[offline])[0])
+        return (mean_action - action[offline]).square().mean()
 
     # --- checkpointing: everything needed for the next update to equal an uninterrupted run's
     def on_episode(self, episode_return: float, partition: str = "online") -> None:

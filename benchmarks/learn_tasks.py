@@ -1,0 +1,290 @@
+"""Learning beyond reach: RLPD from 20 demos on the contact tasks, and SAC beside Stable-Baselines3.
+
+    make bench-learn-tasks     (python benchmarks/learn_tasks.py [--part rlpd|sb3|all] [--seeds 0 1 2] ...)
+
+Part ``rlpd``. For ``push_cube`` and ``pick_cube``: the task's scripted expert records 20 demos with
+``robolearn record`` (seeds 800000+, never evaluated on), then for each seed the real ``robolearn run`` (learner
+and actor processes, zmq, on-disk buffer) learns from them with the sim paced in real time at 50 Hz, as hardware
+would be (``actor.realtime=true``), with the settings in ``RLPD`` below (half of each batch from the demos,
+LayerNorm critic ensemble). Every checkpoint the learner writes is copied aside with the wall clock since the
+command was launched (start-up counts). After the run, and not while it competes for the CPU, the copies are
+evaluated in time order, deterministically, on 100 episodes from seeds 900000 + 1000 x seed: a seed's figure is
+the first copy that succeeds on >= 80% (searched one copy a minute, then refined inside that minute). A run stops
+at its cap or once its rolling *training* success (exploring) reaches 90%. Goals: ``push_cube_minutes_to_80pct``
+<= 20 and ``pick_cube_minutes_to_80pct`` <= 30, medians over seeds (a seed that never gets there counts as
+not reached), min/max beside them.
+
+Part ``sb3``. Per env (the project's ``reach`` and ``push_cube``, gymnasium's ``Reacher-v5`` and
+``Pusher-v5``) and seed, the same env-step budget for three learners, interleaved per seed:
+
+    robolearn      ``robolearn run`` with its defaults for the task (no demos), ``learner.learning=sync`` so the
+                   update-to-data ratio is exact (the robot waits for the learner; not paced in real time)
+    sb3_default    ``stable_baselines3.SAC`` with its own defaults
+    sb3_matched    SB3's SAC with robolearn's hyper-parameters where SB3 has them (learning rate, batch, gamma,
+                   tau, learning starts, initial temperature, target entropy -|A|/2, 2 x 256 nets) and its
+                   observations normalised by running statistics (VecNormalize) as robolearn's policies normalise
+                   theirs. SB3 has no LayerNorm critic: that difference stays.
+
+Each is scored at ``--marks`` evenly spaced env-step marks by a deterministic evaluation of 20 episodes on
+held-out seeds (success rate where the env reports success, else mean return). SB3's final figure F is the
+median over seeds of its last score; SB3 needed the first mark where its median score reaches F; robolearn needs
+the first mark where its median score reaches F (not reached: infinite), counted as the most env steps any seed's
+scored checkpoint had seen (a checkpoint is copied every 5 s, and the first one after each mark is scored).
+Goal ``max_env_steps_ratio_vs_sb3`` <= 0.5: the worst env's robolearn / SB3 env steps, against the better
+configured SB3 (the one with the higher F). An env left out of ``--envs`` is not measured, and the goal then
+covers only the envs measured (the results file lists them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import (  # noqa: E402
+    ROBOLEARN,
+    eval_success,
+    first_evaluated_at,
+    goal,
+    run_command,
+    run_with_snapshots,
+    write_result,
+)
+
+DEMO_SEED, EVAL_SEED = 800_000, 900_000
+TARGET, STOP_AT = 0.8, 0.9
+RLPD_TASKS = {"push_cube": 20.0, "pick_cube": 30.0}  # task: goal minutes
+# robolearn's RLPD settings for the contact tasks (docs/algorithms.md, "SAC and RLPD"); the demo share is
+# algo.demo_ratio's default, 0.5
+RLPD = ["robot.control_hz=50", "actor.realtime=true", "learner.checkpoint_every_s=10"]
+SB3_ENVS = {"reach": 15_000, "push_cube": 60_000, "Reacher-v5": 20_000, "Pusher-v5": 60_000}  # env: env steps
+ROBOLEARN_TASK = {"reach": ["task=reach"], "push_cube": ["task=push_cube"],
+                  "Reacher-v5": ["task=gym", "task.env_id=Reacher-v5"],
+                  "Pusher-v5": ["task=gym", "task.env_id=Pusher-v5"]}
+GYM_ID = {"reach": "robolearn/Reach-v0", "push_cube": "robolearn/PushCube-v0"}
+
+
+def median_min_max(values: list[float | None]) -> dict:
+    """Median over seeds (None = not reached, counted as worst), min/max of those reached."""
+    reached = [v for v in values if v is not None]
+    median = statistics.median(v if v is not None else float("inf") for v in values)
+    return {"median": None if median == float("inf") else round(median, 3),
+            "min": round(min(reached), 3) if reached else None, "max": round(max(reached), 3) if reached else None,
+            "per_seed": values}
+
+
+# --- part rlpd ------------------------------------------------------------------------------------------------
+def record_demos(task: str, out: Path, episodes: int) -> None:
+    import subprocess
+
+    subprocess.run([str(ROBOLEARN), "record", f"task={task}", f"episodes={episodes}", f"out={out}",
+                    f"seed={DEMO_SEED}"], check=True, capture_output=True, text=True)
+
+
+def rlpd_seed(task: str, seed: int, demos: Path, cap: float, workdir: Path, episodes: int) -> dict:
+    name = f"rlpd-{task}-s{seed}"
+    snapshots, run = run_with_snapshots([f"task={task}", f"seed={seed}", f"learner.demos={demos}", *RLPD], name,
+                                        workdir, cap, TARGET, label=f"{task} seed {seed}", stop_at=STOP_AT)
+    reached, evaluated = first_evaluated_at(snapshots, TARGET, episodes, EVAL_SEED + 1000 * seed, coarse_minutes=1.0)
+    print(f"  {task} seed {seed}: " + (f"evaluated at {TARGET:.0%} after {reached['minutes']:.2f} min" if reached
+                                       else f"no checkpoint evaluated at {TARGET:.0%} within {cap} min"), flush=True)
+    return {"seed": seed, "minutes": reached["minutes"] if reached else None, "reached": reached,
+            "rolling_training": run["reached"], "final": run["final"], "checkpoints": len(snapshots),
+            "evaluations": evaluated, "curve": run["curve"]}
+
+
+def part_rlpd(args: argparse.Namespace, workdir: Path) -> tuple[list[dict], dict]:
+    goals, details = [], {}
+    for task, goal_minutes in RLPD_TASKS.items():
+        demos = workdir / "demos" / task
+        record_demos(task, demos, args.demos)
+        cap = args.cap_minutes or goal_minutes * 1.5
+        runs = [rlpd_seed(task, seed, demos, cap, workdir, args.eval_episodes) for seed in args.seeds]
+        summary = median_min_max([r["minutes"] for r in runs])
+        goals.append(goal(f"{task}_minutes_to_80pct", summary["median"], "<=", goal_minutes))
+        details[task] = {"minutes_to_80pct": summary, "cap_minutes": cap, "runs": runs}
+    return goals, {"demos_per_task": args.demos, "demo_seed": DEMO_SEED, "overrides": RLPD, **details}
+
+
+# --- part sb3 -------------------------------------------------------------------------------------------------
+def marks(budget: int, n: int) -> list[int]:
+    return [round(budget * (i + 1) / n) for i in range(n)]
+
+
+def make_gym_env(env: str):
+    import gymnasium as gym
+
+    import robolearn.sim  # noqa: F401  (registers robolearn/Reach-v0, robolearn/PushCube-v0)
+
+    made = gym.make(GYM_ID.get(env, env))
+    return gym.wrappers.FlattenObservation(made) if isinstance(made.observation_space, gym.spaces.Dict) else made
+
+
+def score_of(success: float | None, mean_return: float) -> float:
+    return success if success is not None else mean_return
+
+
+def sb3_evaluate(model, env: str, seed: int, episodes: int, normalize=None) -> float:
+    """Deterministic success rate (env reports success) or mean return over ``episodes`` held-out seeds."""
+    e = make_gym_env(env)
+    returns, successes, reports = [], [], False
+    for ep in range(episodes):
+        obs, _ = e.reset(seed=EVAL_SEED + 1000 * seed + ep)
+        done, total, success = False, 0.0, False
+        while not done:
+            x = normalize.normalize_obs(obs) if normalize is not None else obs
+            action, _ = model.predict(x, deterministic=True)
+            obs, reward, terminated, truncated, info = e.step(action)
+            total += float(reward)
+            for key in ("is_success", "success"):
+                if key in info:
+                    reports, success = True, success or bool(info[key])
+            done = terminated or truncated
+        returns.append(total)
+        successes.append(success)
+    e.close()
+    return score_of(float(np.mean(successes)) if reports else None, float(np.mean(returns)))
+
+
+def sb3_run(env: str, seed: int, budget: int, n_marks: int, variant: str, episodes: int) -> list[dict]:
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    train_env = DummyVecEnv([lambda: make_gym_env(env)])
+    train_env.seed(seed)
+    kwargs: dict = {}
+    normalize = None
+    if variant == "sb3_matched":
+        train_env = normalize = VecNormalize(train_env, norm_obs=True, norm_reward=False)
+        action_dim = train_env.action_space.shape[0]
+        kwargs = dict(learning_rate=1e-3, batch_size=128, gamma=0.97, tau=0.005, learning_starts=500,
+                      ent_coef="auto_0.1", target_entropy=-action_dim / 2,
+                      policy_kwargs=dict(net_arch=[256, 256], n_critics=2))
+    model = SAC("MlpPolicy", train_env, seed=seed, device="cpu", verbose=0, **kwargs)
+    curve: list[dict] = []
+    todo = marks(budget, n_marks)
+    t0 = time.time()
+
+    class ScoreAtMarks(BaseCallback):
+        def _on_step(self) -> bool:
+            if todo and self.num_timesteps >= todo[0]:
+                todo.pop(0)
+                if normalize is not None:
+                    normalize.training = False
+                curve.append({"env_steps": self.num_timesteps,
+                              "score": sb3_evaluate(self.model, env, seed, episodes, normalize),
+                              "minutes": round((time.time() - t0) / 60, 2)})
+                if normalize is not None:
+                    normalize.training = True
+            return True
+
+    model.learn(total_timesteps=budget, callback=ScoreAtMarks())
+    return curve
+
+
+def robolearn_run(env: str, seed: int, budget: int, n_marks: int, episodes: int, workdir: Path) -> list[dict]:
+    """``robolearn run`` for ``budget`` env steps; the checkpoint copies nearest after each mark evaluated."""
+    from robolearn.checkpoint import load_checkpoint
+
+    name = f"sb3cmp-{env}-s{seed}"
+    t0 = time.time()
+    snapshots, run = run_with_snapshots([*ROBOLEARN_TASK[env], f"seed={seed}", f"budget.env_steps={budget}",
+                                         "learner.learning=sync", "learner.checkpoint_every_s=5"], name, workdir,
+                                        minutes=120, target=2.0, label=f"robolearn {env} seed {seed}")
+    steps = [load_checkpoint(s["dir"] / "checkpoints" / "latest.pt").env_steps for s in snapshots]
+    curve = []
+    for mark in marks(budget, n_marks):
+        after = [i for i, s in enumerate(steps) if s >= mark] or [len(steps) - 1]
+        i = after[0]
+        result = eval_success(snapshots[i]["dir"], episodes, EVAL_SEED + 1000 * seed)
+        reports = env in GYM_ID  # the project's tasks report success; gymnasium's Reacher and Pusher do not
+        curve.append({"mark": mark, "env_steps": steps[i], "minutes": round(snapshots[i]["minutes"], 2),
+                      "score": score_of(result["success_rate"] if reports else None, result["mean_return"])})
+    print(f"  robolearn {env} seed {seed}: {curve[-1]['score']:.3f} after {steps[-1]} env steps "
+          f"({(time.time() - t0) / 60:.1f} min)", flush=True)
+    return curve
+
+
+def first_mark_at(curves: list[list[dict]], figure: float) -> int | None:
+    """The env steps at the first mark where the median score over seeds reaches ``figure`` (None: never): the
+    most env steps any seed's scored policy had seen there (robolearn's checkpoint copies are taken after the
+    mark, so this counts against it)."""
+    for i in range(len(curves[0])):
+        if statistics.median(c[i]["score"] for c in curves) >= figure:
+            return max(c[i]["env_steps"] for c in curves)
+    return None
+
+
+def part_sb3(args: argparse.Namespace, workdir: Path) -> tuple[list[dict], dict]:
+    per_env, ratios = {}, []
+    for env in args.envs:
+        budget = round(SB3_ENVS[env] * args.budget_scale)
+        curves: dict[str, list[list[dict]]] = {"robolearn": [], "sb3_default": [], "sb3_matched": []}
+        for seed in args.seeds:  # interleaved: every learner on a seed before the next seed
+            curves["robolearn"].append(robolearn_run(env, seed, budget, args.marks, args.sb3_eval_episodes, workdir))
+            for variant in ("sb3_default", "sb3_matched"):
+                t0 = time.time()
+                curves[variant].append(sb3_run(env, seed, budget, args.marks, variant, args.sb3_eval_episodes))
+                print(f"  {variant} {env} seed {seed}: {curves[variant][-1][-1]['score']:.3f} "
+                      f"({(time.time() - t0) / 60:.1f} min)", flush=True)
+        finals = {k: statistics.median(c[-1]["score"] for c in v) for k, v in curves.items()}
+        reference = max(("sb3_default", "sb3_matched"), key=lambda k: finals[k])
+        sb3_steps = first_mark_at(curves[reference], finals[reference])
+        robolearn_steps = first_mark_at(curves["robolearn"], finals[reference])
+        ratio = round(robolearn_steps / sb3_steps, 3) if robolearn_steps is not None else None
+        ratios.append(ratio)
+        per_env[env] = {"env_steps_budget": budget, "final_median": {k: round(v, 4) for k, v in finals.items()},
+                        "reference": reference, "sb3_env_steps_to_its_final": sb3_steps,
+                        "robolearn_env_steps_to_sb3_final": robolearn_steps, "env_steps_ratio": ratio,
+                        "curves": curves}
+        print(f"{env}: final {per_env[env]['final_median']}, robolearn {robolearn_steps} vs {reference} {sb3_steps} "
+              f"env steps -> ratio {ratio}", flush=True)
+    worst = None if any(r is None for r in ratios) else max(ratios)
+    return ([goal("max_env_steps_ratio_vs_sb3", worst, "<=", 0.5)],
+            {"envs": per_env, "marks": args.marks, "eval_episodes": args.sb3_eval_episodes})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--part", choices=["rlpd", "sb3", "all"], default="all")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--demos", type=int, default=20, help="scripted demos per task (part rlpd)")
+    ap.add_argument("--cap-minutes", type=float, default=0.0, help="each rlpd run's cap (0: 1.5 x its goal)")
+    ap.add_argument("--eval-episodes", type=int, default=100, help="per rlpd checkpoint evaluation")
+    ap.add_argument("--envs", nargs="+", default=list(SB3_ENVS), choices=list(SB3_ENVS))
+    ap.add_argument("--budget-scale", type=float, default=1.0, help="x each env's env-step budget (part sb3)")
+    ap.add_argument("--marks", type=int, default=10, help="evaluations per sb3-part run")
+    ap.add_argument("--sb3-eval-episodes", type=int, default=20)
+    args = ap.parse_args()
+    if len(args.seeds) < 3:
+        ap.error("--seeds needs at least 3 seeds (the figures are medians)")
+    goals, details = [], {}
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.part in ("rlpd", "all"):
+            g, details["rlpd"] = part_rlpd(args, Path(tmp))
+            goals += g
+        else:
+            goals += [goal(f"{t}_minutes_to_80pct", None, "<=", m) for t, m in RLPD_TASKS.items()]
+        if args.part in ("sb3", "all"):
+            g, details["sb3"] = part_sb3(args, Path(tmp))
+            goals += g
+        else:
+            goals.append(goal("max_env_steps_ratio_vs_sb3", None, "<=", 0.5))
+    not_measured = {"rlpd": "part rlpd not run in this invocation", "sb3": "part sb3 not run in this invocation"}
+    path = write_result("learn_tasks", run_command(ap, args, "bench-learn-tasks", "learn_tasks.py"), goals,
+                        seeds=args.seeds, eval_seed=EVAL_SEED, **details,
+                        not_measured={k: v for k, v in not_measured.items() if k not in details})
+    for g in goals:
+        print(f"{g['name']} = {g['value']} ({g['target']}) {'met' if g['met'] else 'not met'}")
+    print(f"-> {path}")
+
+
+if __name__ == "__main__":
+    main()
