@@ -88,10 +88,12 @@ def run_until_success(overrides: list[str], name: str, workdir: Path, target: fl
     would (``stop=False``: let it run to ``cap_minutes``). Minutes count from launching the command (start-up
     included). ``each_second`` is called with the launch time after each look."""
     metrics = workdir / "runs" / name / "metrics.jsonl"
+    log_path = workdir / f"{name}.log"  # a file, not a pipe: nobody reads a pipe while the run goes, and it fills
     t0 = time.time()
-    proc = subprocess.Popen([str(ROBOLEARN), "run", *overrides, f"run_name={name}", f"budget.minutes={cap_minutes}",
-                             "runtime.live_console=false"],
-                            cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([str(ROBOLEARN), "run", *overrides, f"run_name={name}",
+                                 f"budget.minutes={cap_minutes}", "runtime.live_console=false"],
+                                cwd=workdir, stdout=log, stderr=subprocess.STDOUT, text=True)
     reached, last, curve, last_print = None, {}, [], 0.0
     while proc.poll() is None:
         time.sleep(1.0)
@@ -115,9 +117,8 @@ def run_until_success(overrides: list[str], name: str, workdir: Path, target: fl
             print(f"  {label or name}: {(time.time() - t0) / 60:4.1f} min, steps {last.get('env_steps', 0)}, "
                   f"episodes {last.get('episodes', 0)}, success(50) {last.get('success_rate_50', 0):.0%}, "
                   f"updates/s {last.get('updates_per_s', 0):.0f}", flush=True)
-    out = proc.stdout.read()
     if proc.returncode != 0:
-        print(out[-3000:])
+        print(log_path.read_text()[-3000:])
     summary_path = workdir / "runs" / name / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     return {"reached": reached, "exit_code": proc.returncode,
@@ -128,8 +129,9 @@ def run_until_success(overrides: list[str], name: str, workdir: Path, target: fl
 def run_with_snapshots(overrides: list[str], name: str, workdir: Path, minutes: float, target: float,
                        label: str = "", stop_at: float | None = None) -> tuple[list[dict], dict]:
     """One ``robolearn run <overrides>`` of up to ``minutes``, its checkpoints copied aside as the learner writes
-    them ([{"minutes", "dir"}], minutes since the command was launched, so start-up counts), and the run's record
-    from ``run_until_success`` (``reached``: when the rolling training success first reached ``target``).
+    them ([{"minutes", "dir"}], minutes since the command was launched, so start-up counts; the last is the one
+    written as the run stopped, which may be after ``minutes``), and the run's record from ``run_until_success``
+    (``reached``: when the rolling training success first reached ``target``, or ``stop_at`` when given).
     ``stop_at``: stop the run once the rolling training success reaches this (None: run the whole ``minutes``)."""
     run_dir = workdir / "runs" / name
     ckpt = run_dir / "checkpoints" / "latest.pt"
@@ -139,11 +141,13 @@ def run_with_snapshots(overrides: list[str], name: str, workdir: Path, minutes: 
     def copy_a_new_checkpoint(t0: float) -> None:
         launched[0] = t0
         if ckpt.exists() and ckpt.stat().st_mtime != seen_mtime[0]:
-            seen_mtime[0] = ckpt.stat().st_mtime
             snap = workdir / "snapshots" / name / f"{len(snapshots):03d}"
             (snap / "checkpoints").mkdir(parents=True)
             shutil.copy2(run_dir / "config.yaml", snap / "config.yaml")
-            shutil.copy2(ckpt, snap / "checkpoints" / "latest.pt")  # written atomically: whole, old or new
+            copied = shutil.copy2(ckpt, snap / "checkpoints" / "latest.pt")  # written atomically: whole, old or new
+            # the time of what was copied (copy2 keeps its mtime), not of what was seen: the learner may have
+            # replaced it in between
+            seen_mtime[0] = Path(copied).stat().st_mtime
             snapshots.append({"minutes": (seen_mtime[0] - t0) / 60, "dir": snap})
 
     run = run_until_success(overrides, name, workdir, target if stop_at is None else stop_at, minutes,
@@ -159,8 +163,9 @@ def first_evaluated_at(snapshots: list[dict], target: float, episodes: int, seed
     """The first checkpoint copy (time order) whose deterministic evaluation on ``episodes`` seeds from ``seed``
     succeeds on at least ``target``: (that one or None, every evaluation made). With ``coarse_minutes`` > 0 only
     one copy per that many minutes is evaluated until one reaches the target; then the copies between it and the
-    last coarse one below the target are evaluated in order, so the answer is the same first copy whenever
-    success, once reached, is not lost and found again inside one coarse step."""
+    last coarse one below the target are evaluated in order. The answer is the exhaustive search's unless a copy
+    before that last coarse one below the target already reached it; then it is later than the first (against
+    the learner, never for it)."""
     evaluated: dict[int, dict] = {}
 
     def score(i: int) -> float:

@@ -27,9 +27,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 from robolearn import registry
 from robolearn.actor.config import ActorConfig, GuiConfig
+from robolearn.buffer.lerobot_io import check_recorded_rate
 from robolearn.builders import build_policy, task_specs
 from robolearn.learner.config import LearnerConfig
 from robolearn.policies.encoders import image_keys
+from robolearn.specs import SpecError
 
 
 class ConfigError(ValueError):
@@ -174,6 +176,13 @@ class RunConfig:
     algo: ChoiceConfig
     runtime: RuntimeConfig
 
+    def configured_control_hz(self) -> float | None:
+        """The robot's tick rate as the config says it: the task's own ``control_hz`` where it has one (task=gym;
+        None there means the env's own rate, known only once the env is built), else ``robot.control_hz``."""
+        if hasattr(self.task, "control_hz"):
+            return self.task.control_hz
+        return self.robot.control_hz
+
 
 def _typed(schema: type, values: Any, where: str) -> Any:
     try:
@@ -289,6 +298,11 @@ def check_buildable(cfg: RunConfig) -> None:
         raise ConfigError("config error at 'actor.async_inference': the loop never waits for the policy, so a chunk "
                           "is used one tick after it is asked for at the earliest, and a policy of one action per "
                           "chunk would stall every tick; set policy.chunk_horizon above the inference delay in ticks")
+    if cfg.learner.demos:
+        try:
+            check_recorded_rate(cfg.learner.demos, cfg.configured_control_hz())
+        except SpecError as exc:
+            raise ConfigError(f"config error at 'learner.demos': {exc}") from None
     try:
         registry.lookup("algo", cfg.algo.name).factory(policy, cfg.algo, cfg.seed)
     except (ValueError, NotImplementedError) as exc:

@@ -139,3 +139,22 @@ def test_the_gui_is_on_for_real_robots_by_default_and_teleop_gui_takes_any_numbe
     assert validate(_cfg()).gui.on_for("so101") and not validate(_cfg()).gui.on_for("sim_so101")
     with pytest.raises(ConfigError, match="one person at one"):  # a terminal's person still drives one robot
         validate(_cfg(**{"task": "real", "teleop": "keyboard", "actor.realtime": "true", "runtime.num_actors": "2"}))
+
+
+def test_demos_recorded_at_another_rate_than_the_robot_ticks_are_refused_by_name(tmp_path):
+    """A per-tick delta recorded at 25 Hz is another action at 50 Hz: the run refuses the folder before any process
+    starts; a gym task without its own rate (the env's, known only once built) is not checked."""
+    import json
+
+    from robolearn.config import check_buildable
+
+    demos = tmp_path / "demos"
+    (demos / "meta").mkdir(parents=True)
+    (demos / "meta" / "info.json").write_text(json.dumps({"fps": 25}))
+    with pytest.raises(ConfigError, match=r"learner.demos.*recorded at 25 fps.*ticks at 50 Hz"):
+        check_buildable(validate(_cfg(**{"learner.demos": demos, "robot.control_hz": 50})))
+    check_buildable(validate(_cfg(**{"learner.demos": demos, "robot.control_hz": 25})))
+    gym = {"task": "gym", "task.env_id": "Pendulum-v1", "learner.demos": demos}
+    check_buildable(validate(_cfg(**gym)))
+    with pytest.raises(ConfigError, match="ticks at 30 Hz"):
+        check_buildable(validate(_cfg(**gym, **{"task.control_hz": 30})))

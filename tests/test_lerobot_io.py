@@ -114,3 +114,11 @@ def test_import_names_a_missing_observation(dataset, tmp_path):
     buf = ReplayBuffer(tmp_path / "buffer", OBS.__class__({**OBS.arrays, "wrist": OBS.arrays["front"]}), ACT)
     with pytest.raises(SpecError, match="wrist"):
         import_lerobot(buf, dataset, "local/demos")
+
+
+def test_import_refuses_a_dataset_recorded_at_another_rate(dataset, tmp_path):
+    buf = ReplayBuffer(tmp_path / "buffer", spec_from_lerobot(FEATURES), ACT)
+    with pytest.raises(SpecError, match="recorded at 25 fps, but this run's robot ticks at 50 Hz"):
+        import_lerobot(buf, dataset, "local/demos", control_hz=50)
+    assert buf.partition_sizes()["demo"] == 0
+    assert import_lerobot(buf, dataset, "local/demos", control_hz=25.0) == 3

@@ -150,30 +150,56 @@ def test_grad_clip_norm_bounds_each_networks_gradient():
 
 def test_bc_weight_pulls_the_actor_toward_the_demo_rows_actions_and_only_those():
     """With ``bc_weight`` the actor's mean action on the demo rows' states moves to the demo action; the same
-    updates without it, or with no row marked offline, leave it far away (they are the same update)."""
+    updates without it, or with no row marked offline, leave it far away (they are the same update); marking the
+    other rows instead does not pull the demo rows' states either."""
     g = torch.Generator().manual_seed(1)
     demo_obs = torch.randn(8, 18, generator=g)
     target = torch.full((8, 6), 0.8)
 
-    def train(bc_weight: float, offline_rows: int) -> tuple[float, SAC]:
+    def train(bc_weight: float, offline: torch.Tensor) -> tuple[float, SAC]:
         sac = _sac(seed=3, bc_weight=bc_weight)
         for step in range(150):
             batch = _batch(b=16, seed=step)
             batch["obs"][:8] = demo_obs
             batch["action"][:8] = target
             batch["reward"] = torch.full((16,), -1.0)  # |Q| > 0: TD3+BC's scale is not zero
-            batch["offline"] = torch.arange(16) < offline_rows
+            batch["offline"] = offline
             sac.update(batch)
         with torch.no_grad():
             mean = torch.tanh(sac.actor.head(sac.actor.features(demo_obs))[0])
         return (mean - target).abs().mean().item(), sac
 
-    with_bc, sac = train(2.0, 8)
-    without, _ = train(0.0, 8)
-    unmarked, _ = train(2.0, 0)
+    rows = torch.arange(16)
+    with_bc, sac = train(2.0, rows < 8)
+    without, _ = train(0.0, rows < 8)
+    unmarked, _ = train(2.0, torch.zeros(16, dtype=torch.bool))
+    others, _ = train(2.0, rows >= 8)
     assert with_bc < 0.15 < without
     assert unmarked == without
+    assert others > 0.4
     assert "bc_error" in sac._last_actor_metrics
+
+
+def test_bc_error_is_the_mean_squared_error_on_the_marked_rows_and_leaves_the_critic_step_alone():
+    sac = _sac(bc_weight=1.0)
+    feat = sac.actor.features(torch.randn(6, 18))
+    action = torch.rand(6, 6) * 2 - 1
+    offline = torch.tensor([True, False, True, False, False, True])
+    with torch.no_grad():
+        expected = (torch.tanh(sac.actor.head(feat[offline])[0]) - action[offline]).square().mean()
+    torch.testing.assert_close(sac.bc_error(feat, action, offline), expected)
+    # the critic moves by its own loss only: two updates, with and without the term, leave the same critic
+    other = _sac(bc_weight=0.0)
+    critic_before = [p.clone() for p in sac.critic.parameters()]
+    batch = _batch()
+    batch["offline"] = torch.arange(16) < 8
+    for algo in (sac, other):
+        torch.manual_seed(5)  # the same next-action draws
+        algo.update(dict(batch))
+    for a, b, before in zip(sac.critic.parameters(), other.critic.parameters(), critic_before):
+        torch.testing.assert_close(a, b)
+        assert not torch.equal(a, before)
+    assert sac._last_actor_metrics["actor_loss"] != other._last_actor_metrics["actor_loss"]
 
 
 def test_sample_windows_marks_the_demo_and_intervention_rows(tmp_path):

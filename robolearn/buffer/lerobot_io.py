@@ -15,6 +15,7 @@ an episode's last frame, so an imported episode's final observation repeats its 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -157,11 +158,28 @@ def spec_from_lerobot(features: dict) -> ObservationSpec:
     return ObservationSpec(arrays)
 
 
+def check_recorded_rate(root: str | Path, control_hz: float | None) -> None:
+    """``SpecError`` when the LeRobotDataset folder ``root`` was recorded at another rate than ``control_hz`` (its
+    ``meta/info.json`` fps; None: not checked). A per-tick delta action recorded at 25 Hz is another action at
+    50 Hz, and an n-step window spans another time."""
+    info = Path(root) / "meta" / "info.json"
+    if control_hz is None or not info.exists():  # a folder that is not a dataset fails where it is opened
+        return
+    fps = json.loads(info.read_text())["fps"]
+    if abs(fps - control_hz) > 0.5:
+        raise SpecError(f"dataset {root} was recorded at {fps} fps, but this run's robot ticks at {control_hz:g} Hz: "
+                        f"record it again at this rate (robot.control_hz={control_hz:g}) or run the robot at {fps} Hz")
+
+
 def import_lerobot(buffer: ReplayBuffer, root: str | Path, repo_id: str = "local/dataset",
-                   robot_id: str = "lerobot", source: ActionSource = ActionSource.HUMAN) -> int:
-    """Append every episode of a local LeRobotDataset v3 folder to the ``demo`` partition; return the count."""
+                   robot_id: str = "lerobot", source: ActionSource = ActionSource.HUMAN,
+                   control_hz: float | None = None) -> int:
+    """Append every episode of a local LeRobotDataset v3 folder to the ``demo`` partition; return the count.
+    ``control_hz``: the rate the run's robot ticks at; a dataset recorded at another rate is refused (its actions
+    are per-tick deltas of other dynamics, and its windows span another time)."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
+    check_recorded_rate(root, control_hz)
     ds = LeRobotDataset(repo_id, root=root)
     keys = {obs_key_of(n): n for n in ds.features if obs_key_of(n) is not None}
     missing = {k for k, spec in buffer.obs_spec.arrays.items() if not is_text(spec)} - set(keys)

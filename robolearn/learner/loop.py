@@ -120,7 +120,8 @@ class Learner:
             return
         from robolearn.buffer.lerobot_io import import_lerobot
 
-        n = import_lerobot(self.buffer, self.schedule.demos, robot_id="demos")
+        n = import_lerobot(self.buffer, self.schedule.demos, robot_id="demos",
+                           control_hz=self.cfg.configured_control_hz())
         print(f"[learner] imported {n} demo episodes ({self.buffer.partition_sizes().get('demo', 0)} steps) from "
               f"{self.schedule.demos}", flush=True)
 

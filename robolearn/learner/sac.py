@@ -5,7 +5,7 @@ Reads top to bottom like the math (docs/algorithms.md, "SAC and RLPD"):
     y      = r + discount * (min_{j in subset} Q'_j(s', a') - alpha * log pi(a'|s')),  a' ~ pi(s')
     L_Q    = sum_i mean_B (Q_i(s, a) - y)^2
     L_pi   = mean_B (alpha * log pi(a~|s) - mean_i Q_i(s, a~)),  a~ ~ pi(s)
-             + bc_weight * mean_B |mean_i Q_i(s, a~)| * mean_{B demo} ||tanh(mu(s)) - a||^2   (optional)
+             + bc_weight * mean_B |mean_i Q_i(s, a~)| * mean_{B demo} ||tanh(mu(s)) - a||^2 / (H * A)   (optional)
     L_alpha = -mean_B log_alpha * (log pi(a~|s) + target_entropy)
 
 ``discount`` is gamma^n for an n-step (or H-step chunk) window and 0 after termination; the buffer
@@ -20,7 +20,9 @@ from demo and intervention steps. A policy with ``discrete_gripper`` has its las
 own Q-head (close / stay / open), trained here by double DQN (HIL-SERL's grasp critic); the ensemble
 scores the other dims. With ``bc_weight`` > 0 the actor also imitates the demo and intervention steps of each
 batch (TD3+BC's term, scaled by the batch's mean |Q| so the weight does not depend on the reward's scale): from a
-few demos the policy starts near the demonstrator instead of learning it back through the critic alone.
+few demos the policy moves toward the demonstrator as soon as the critic's values leave zero, instead of learning
+the demo actions back through the critic alone. A discrete gripper's commands are not imitated (its Q-head learns
+them).
 """
 
 from __future__ import annotations
