@@ -129,8 +129,8 @@ def run_until_success(overrides: list[str], name: str, workdir: Path, target: fl
 def run_with_snapshots(overrides: list[str], name: str, workdir: Path, minutes: float, target: float,
                        label: str = "", stop_at: float | None = None) -> tuple[list[dict], dict]:
     """One ``robolearn run <overrides>`` of up to ``minutes``, its checkpoints copied aside as the learner writes
-    them ([{"minutes", "dir"}], minutes since the command was launched, so start-up counts; the last is the one
-    written as the run stopped, which may be after ``minutes``), and the run's record from ``run_until_success``
+    them ([{"minutes", "dir"}], minutes since the command was launched, so start-up counts; with the one written
+    as the run stopped, unless that was after ``minutes``), and the run's record from ``run_until_success``
     (``reached``: when the rolling training success first reached ``target``, or ``stop_at`` when given).
     ``stop_at``: stop the run once the rolling training success reaches this (None: run the whole ``minutes``)."""
     run_dir = workdir / "runs" / name
@@ -155,13 +155,14 @@ def run_with_snapshots(overrides: list[str], name: str, workdir: Path, minutes: 
     if run["exit_code"] != 0:
         raise RuntimeError(f"robolearn run {' '.join(overrides)} exited with {run['exit_code']}")
     copy_a_new_checkpoint(launched[0])  # the one written as the run stopped
-    return snapshots, run
+    return [s for s in snapshots if s["minutes"] <= minutes], run
 
 
 def first_evaluated_at(snapshots: list[dict], target: float, episodes: int, seed: int,
                        coarse_minutes: float = 0.0) -> tuple[dict | None, list[dict]]:
     """The first checkpoint copy (time order) whose deterministic evaluation on ``episodes`` seeds from ``seed``
-    succeeds on at least ``target``: (that one or None, every evaluation made). With ``coarse_minutes`` > 0 only
+    succeeds on at least ``target``: (that one or None, every evaluation made; ``copy`` is the index in
+    ``snapshots``). With ``coarse_minutes`` > 0 only
     one copy per that many minutes is evaluated until one reaches the target; then the copies between it and the
     last coarse one below the target are evaluated in order. The answer is the exhaustive search's unless a copy
     before that last coarse one below the target already reached it; then it is later than the first (against
@@ -171,7 +172,7 @@ def first_evaluated_at(snapshots: list[dict], target: float, episodes: int, seed
     def score(i: int) -> float:
         if i not in evaluated:
             result = eval_success(snapshots[i]["dir"], episodes, seed)
-            evaluated[i] = {"minutes": round(snapshots[i]["minutes"], 3), "success": result["success_rate"],
+            evaluated[i] = {"copy": i, "minutes": round(snapshots[i]["minutes"], 3), "success": result["success_rate"],
                             "mean_return": round(result["mean_return"], 3),
                             "policy_version": result["policy_version"]}
         return evaluated[i]["success"]

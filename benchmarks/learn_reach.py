@@ -38,7 +38,6 @@ def one_seed(seed: int, minutes: float, workdir: Path, episodes: int) -> dict:
     snapshots, run = run_with_snapshots(["task=reach", f"seed={seed}", "learner.checkpoint_every_s=10"],
                                         f"bench-reach-s{seed}", workdir, minutes, TARGET, label=f"seed {seed}")
     rolling = run["reached"]
-    snapshots = [s for s in snapshots if s["minutes"] <= minutes]  # not the one written while stopping
     reached, evaluated = first_evaluated_at(snapshots, TARGET, episodes, EVAL_SEED + 1000 * seed)
     at_rolling = None
     if rolling is not None:  # how the checkpoint written next after the rolling crossing evaluates

@@ -98,11 +98,10 @@ def rlpd_seed(task: str, seed: int, demos: Path, cap: float, workdir: Path, epis
     snapshots, run = run_with_snapshots([f"task={task}", f"seed={seed}", f"learner.demos={demos}", *RLPD,
                                          f"algo.bc_weight={bc_weight}"], name, workdir, cap, TARGET,
                                         label=f"{task} seed {seed}", stop_at=STOP_AT)
-    snapshots = [s for s in snapshots if s["minutes"] <= cap]  # not the one written while stopping
     reached, evaluated = first_evaluated_at(snapshots, TARGET, episodes, EVAL_SEED + 1000 * seed, coarse_minutes=1.0)
     confirmed = None
     if reached is not None:
-        found = next(s for s in snapshots if round(s["minutes"], 3) == reached["minutes"])
+        found = snapshots[reached["copy"]]
         confirmed = eval_success(found["dir"], episodes, CONFIRM_SEED + 1000 * seed)["success_rate"]
     print(f"  {task} seed {seed}: " + (f"evaluated at {TARGET:.0%} after {reached['minutes']:.2f} min (on other "
                                        f"seeds: {confirmed:.0%})" if reached
