@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import ROBOLEARN, goal, run_command, write_result  # noqa: E402
+from common import ROBOLEARN, goal, run_command, spread, write_result  # noqa: E402
 
 EVAL_SEED = 900_000  # never used by a training episode of these runs (their seeds are episode ids)
 MAX_REJOIN_S = 5.0
@@ -212,10 +212,6 @@ def chaos_run(workdir: Path, name: str, seed: int, kills: int, minutes: float, n
     }
 
 
-def _spread(values: list[float]) -> dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
 MODES = {"in_actor": [], "policy_server": ["runtime.policy_server=true"]}  # where the actors' policy runs
 WORST = ("lost_transitions", "duplicate_transitions", "max_actor_rejoin_s", "max_learner_recovery_s",
          "max_server_recovery_s")
@@ -262,7 +258,7 @@ def main() -> None:
     goals += [{**goal(f"eval_success_rate_median_{mode}", statistics.median(e), ">=", 0.9),
                "note": "the issue names no target; 0.9 is what an undisturbed run reaches in this budget"}
               for mode, e in evals.items()]
-    by_mode = {mode: {key: _spread([r[key] for r in runs if r["mode"] == mode and r[key] is not None])
+    by_mode = {mode: {key: spread([r[key] for r in runs if r["mode"] == mode and r[key] is not None])
                       for key in ("max_actor_rejoin_s", "max_learner_recovery_s", "max_server_recovery_s",
                                   "interrupted_steps", "eval_success_rate")
                       if any(r[key] is not None for r in runs if r["mode"] == mode)}

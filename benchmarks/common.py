@@ -8,10 +8,11 @@ import os
 import platform
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
@@ -43,6 +44,24 @@ def goal(name: str, value: float | None, op: str, target: float) -> dict:
         raise ValueError(f"goal operator must be one of {sorted(checks)}, got {op!r}")
     met = checks[op]
     return {"name": name, "value": value, "target": f"{op} {target}", "met": bool(met)}
+
+
+def spread(values: Sequence[float | None], digits: int | None = None) -> dict:
+    """The median over runs or seeds, with the min and max beside it (the agreed way to report a figure).
+
+    ``None`` is a run that never got there (a time to a target it did not reach): it counts as the worst, infinitely
+    late, in the median, so the median is ``None`` when most runs did not get there; min and max are over the runs
+    that did (``None`` when none did). ``digits`` rounds the three."""
+    if not values:
+        raise ValueError("spread needs at least one value")
+    reached = [v for v in values if v is not None]
+    median = statistics.median(v if v is not None else float("inf") for v in values)
+
+    def fmt(v: float | None) -> float | None:
+        return None if v is None or v == float("inf") else (round(v, digits) if digits is not None else v)
+
+    return {"median": fmt(median), "min": fmt(min(reached) if reached else None),
+            "max": fmt(max(reached) if reached else None)}
 
 
 def run_command(ap: argparse.ArgumentParser, args: argparse.Namespace, make_target: str, script: str) -> str:

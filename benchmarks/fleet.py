@@ -34,7 +34,6 @@ import json
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,7 +41,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import ROBOLEARN, goal, run_command, write_result  # noqa: E402
+from common import ROBOLEARN, goal, run_command, spread, write_result  # noqa: E402
 
 HZ = 50
 # chunks of 10 actions asked for ahead (latency-aware, off the tick): the product's own way to keep a 50 Hz loop fed;
@@ -160,8 +159,7 @@ def main() -> None:
         for runtime in ("local", "ray"):
             rs = [r for r in runs if r["robots"] == n and r["runtime"] == runtime]
             per_n.setdefault(str(n), {})[runtime] = {
-                key: {"median": statistics.median(r[key] for r in rs), "min": min(r[key] for r in rs),
-                      "max": max(r[key] for r in rs)}
+                key: spread([r[key] for r in rs])
                 for key in ("efficiency", "min_robot_efficiency", "learner_ingest_steps_per_s", "stalled_ticks",
                             "stalled_ticks_whole_run", "policy_lag_p95", "server_mean_batch", "p99_period_error_ms")
                 if all(r[key] is not None for r in rs)}

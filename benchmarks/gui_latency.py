@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from common import ROBOLEARN, goal, run_command, write_result  # noqa: E402
+from common import ROBOLEARN, goal, run_command, spread, write_result  # noqa: E402
 
 from tests.helpers import CHROMIUM, CHROMIUM_ARGS, read_buffer, wait_for  # noqa: E402
 
@@ -127,15 +126,14 @@ def main() -> None:
             runs.append(summary)
             print(f"run {i}: {json.dumps({k: round(v, 2) for k, v in summary.items()})}", flush=True)
 
-    def spread(key: str) -> dict:
-        values = [r[key] for r in runs]
-        return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+    def over_runs(key: str) -> dict:
+        return spread([r[key] for r in runs])
 
-    frame99, key99 = spread("frame_p99_ms"), spread("key_p99_ticks")
+    frame99, key99 = over_runs("frame_p99_ms"), over_runs("key_p99_ticks")
     path = write_result("gui_latency", run_command(ap, args, "bench-gui", "gui_latency.py"), [
         goal("frame_capture_to_display_p99_ms", round(frame99["median"], 1), "<=", 100),
         goal("key_to_robot_command_p99_ticks", round(key99["median"], 2), "<=", 2),
-    ], frame_p50_ms=spread("frame_p50_ms"), frame_p99_ms=frame99, key_p50_ticks=spread("key_p50_ticks"),
+    ], frame_p50_ms=over_runs("frame_p50_ms"), frame_p99_ms=frame99, key_p50_ticks=over_runs("key_p50_ticks"),
         key_p99_ticks=key99, runs=runs,
         settings={"run": " ".join(RUN), "robots": 2, "control_hz": 50, "gui_fps": 15, "seconds": args.seconds,
                   "presses": args.presses, "clock": "time.time() in the actor, Date.now() in the page, one machine"})

@@ -22,13 +22,12 @@ its ratio is undefined (counted as a failure in the median).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import goal, run_command, run_until_success, write_result  # noqa: E402
+from common import goal, run_command, run_until_success, spread, write_result  # noqa: E402
 
 
 def one_seed(args: argparse.Namespace, seed: int, workdir: Path) -> dict:
@@ -65,20 +64,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         seeds = [one_seed(args, seed, Path(tmp)) for seed in args.seeds]
     ratios = [r["time_ratio"] for r in seeds]
-    defined = [r for r in ratios if r is not None]
-    median = statistics.median(r if r is not None else float("inf") for r in ratios)
-    ratio = None if median == float("inf") else round(median, 3)
+    ratio = spread(ratios, 3)
     command = run_command(ap, args, "bench-learn-async", "learn_async.py")
     name = "learn_async" if args.task == "reach" else f"learn_async_{args.task}"
-    path = write_result(name, command, [goal("async_over_sync_time_ratio", ratio, "<=", 0.6)],
+    path = write_result(name, command, [goal("async_over_sync_time_ratio", ratio["median"], "<=", 0.6)],
                         task=args.task, cap_minutes=args.cap_minutes, control_hz=args.hz, target_success=args.target,
                         seeds=args.seeds, time_ratio_per_seed=ratios,
-                        time_ratio_min_max=[min(defined), max(defined)] if defined else None,
+                        time_ratio_min_max=[ratio["min"], ratio["max"]] if ratio["min"] is not None else None,
                         env_steps_ratio_per_seed=[r["env_steps_ratio"] for r in seeds], per_seed=seeds,
                         note="wall clock from launching each run until success over the last 50 episodes first "
                              "reaches the target; same SAC settings and UTD 1 in both modes; median over seeds of "
                              "each seed's async / sync ratio")
-    print(f"\nasync_over_sync_time_ratio = {ratio} (median over seeds {ratios}; goal <= 0.6) -> {path}")
+    print(f"\nasync_over_sync_time_ratio = {ratio['median']} (median over seeds {ratios}; goal <= 0.6) -> {path}")
 
 
 if __name__ == "__main__":

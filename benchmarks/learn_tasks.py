@@ -58,6 +58,7 @@ from common import (  # noqa: E402
     goal,
     run_command,
     run_with_snapshots,
+    spread,
     write_result,
 )
 
@@ -72,15 +73,6 @@ ROBOLEARN_TASK = {"reach": ["task=reach"], "push_cube": ["task=push_cube"],
                   "Reacher-v5": ["task=gym", "task.env_id=Reacher-v5"],
                   "Pusher-v5": ["task=gym", "task.env_id=Pusher-v5"]}
 GYM_ID = {"reach": "robolearn/Reach-v0", "push_cube": "robolearn/PushCube-v0"}
-
-
-def median_min_max(values: list[float | None]) -> dict:
-    """Median over seeds (None = not reached, counted as worst), min/max of those reached."""
-    reached = [v for v in values if v is not None]
-    median = statistics.median(v if v is not None else float("inf") for v in values)
-    return {"median": None if median == float("inf") else round(median, 3),
-            "min": round(min(reached), 3) if reached else None, "max": round(max(reached), 3) if reached else None,
-            "per_seed": values}
 
 
 # --- part rlpd ------------------------------------------------------------------------------------------------
@@ -118,7 +110,8 @@ def part_rlpd(args: argparse.Namespace, workdir: Path) -> tuple[list[dict], dict
         record_demos(task, demos, args.demos)
         cap = args.cap_minutes or goal_minutes * 1.5
         runs = [rlpd_seed(task, seed, demos, cap, workdir, args.eval_episodes, args.bc_weight) for seed in args.seeds]
-        summary = median_min_max([r["minutes"] for r in runs])
+        minutes = [r["minutes"] for r in runs]
+        summary = {**spread(minutes, 3), "per_seed": minutes}
         goals.append(goal(f"{task}_minutes_to_80pct", summary["median"], "<=", goal_minutes))
         details[task] = {"minutes_to_80pct": summary, "confirmed_success_per_seed": [r["confirmed_success"]
                                                                                      for r in runs],

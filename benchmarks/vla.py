@@ -31,7 +31,6 @@ thread of this process.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -40,7 +39,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import goal, run_command, write_result  # noqa: E402
+from common import goal, run_command, spread, write_result  # noqa: E402
 
 from robolearn.actor.chunking import ChunkExecutor, ChunkingConfig  # noqa: E402
 from robolearn.actor.episode import EpisodeLoop, SeedTorch  # noqa: E402
@@ -131,11 +130,6 @@ def inference_ms(policy: VLAPolicy, env: PickCubeEnv, requests: int, first_seed:
     return out
 
 
-def median_min_max(values: list[float]) -> dict:
-    return {"median": round(statistics.median(values), 4), "min": round(min(values), 4),
-            "max": round(max(values), 4), "per_policy": [round(v, 4) for v in values]}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policies", type=int, default=3)
@@ -187,11 +181,11 @@ def main() -> None:
     print(f"inference through the server: {latency}", flush=True)
     env.close()
     paraphrase_env.close()
-    success = median_min_max([r["trained_instructions"]["success"] for r in results])
-    para = median_min_max([r["paraphrases"]["success"] for r in results])
-    per_colour = {c: median_min_max([r["trained_instructions"]["per_colour"][c] or 0.0 for r in results])
+    success = spread([r["trained_instructions"]["success"] for r in results], 4)
+    para = spread([r["paraphrases"]["success"] for r in results], 4)
+    per_colour = {c: spread([r["trained_instructions"]["per_colour"][c] or 0.0 for r in results], 4)
                   for c in COLOURS}
-    para_colour = {c: median_min_max([r["paraphrases"]["per_colour"][c] or 0.0 for r in results]) for c in COLOURS}
+    para_colour = {c: spread([r["paraphrases"]["per_colour"][c] or 0.0 for r in results], 4) for c in COLOURS}
     command = run_command(ap, args, "bench-vla", "vla.py")
     goals = [goal("vla_success", success["median"], ">=", 0.8),
              goal("vla_paraphrase_success", para["median"], ">=", 0.7),
