@@ -1,6 +1,7 @@
 """lerobot's policies as robolearn policies (``policy=lerobot``): a tiny ACT and a tiny Diffusion built by type for
-the task's state are served by the policy server and trained by HABC (and ACT by Hi-ORS); a lerobot
-``save_pretrained`` folder is served as saved; the wrong combinations are refused by name."""
+the task's state are served by the policy server and trained by HABC (and ACT by Hi-ORS); built for a task with a
+camera and an instruction, ACT reads the frames and SmolVLA the words too, and HABC trains both on recorded episodes;
+a lerobot ``save_pretrained`` folder is served as saved; the wrong combinations are refused by name."""
 
 
 import numpy as np
@@ -211,3 +212,106 @@ def test_a_tiny_smolvla_from_a_local_folder_reads_the_instruction_and_is_served_
                                 LerobotPolicyConfig(path=str(folder)))
     finally:
         task.close()
+
+
+# --- cameras and the instruction: a lerobot policy built by type reads what the task provides -------------------
+SIZE = 32  # camera pixels: enough to test the wiring, cheap to render
+
+
+@pytest.fixture(scope="module")
+def camera_task():
+    """pick_cube_color asked in words, seen by a front camera (the cubes' poses are not in the state)."""
+    from robolearn.sim.cube_tasks import PickCubeColorConfig, PickCubeEnv
+
+    e = PickCubeEnv(PickCubeColorConfig(language=True, scene_state=False, cameras=["front"], camera_size=SIZE,
+                                        camera_shadows=False))
+    yield e
+    e.close()
+
+
+@pytest.fixture(scope="module")
+def camera_buffer(camera_task, tmp_path_factory):
+    """Two recorded expert episodes (LeRobotDataset: frames and the instruction as its task string) in a buffer."""
+    from robolearn.buffer.lerobot_io import import_lerobot
+    from robolearn.buffer.replay_buffer import ReplayBuffer
+    from robolearn.record import record
+
+    root = tmp_path_factory.mktemp("lerobot-cameras")
+    record(camera_task, 2, root / "demos", "local/cameras", fps=25, seed=5)
+    buffer = ReplayBuffer(root / "buffer", camera_task.observation_spec, camera_task.action_spec)
+    assert import_lerobot(buffer, root / "demos", "local/cameras") == 2
+    return buffer
+
+
+def chunk_for(policy, observation):
+    torch.manual_seed(0)  # a flow or diffusion policy's noise
+    return policy.predict_chunk({k: v[None] for k, v in observation.items()}, np.zeros((1, 0, 6)),
+                                np.zeros(1, np.int64))
+
+
+def habc_update_changes(policy, buffer, task, prefixes):
+    """One HABC update on windows drawn from ``buffer``: the names of the ``prefixes`` weights it changed."""
+    algo = HABC(policy, HABCConfig(warmup=2, value_hidden_dims=[16]))
+    batch = algo.sample_batch(buffer, task.action_spec, 8)
+    assert set(batch["observation"]) == set(policy.observation_keys)
+    assert batch["observation"]["front"].dtype == torch.uint8
+    before = {k: v.clone() for k, v in algo.actor.state_dict().items()}
+    assert np.isfinite(algo.update(batch)["actor_loss"])
+    after = algo.actor.state_dict()
+    return {k for k in before if k.startswith(prefixes) and not torch.equal(before[k], after[k])}
+
+
+def test_an_act_built_by_type_reads_the_camera_and_habc_trains_its_backbone_from_recorded_frames(camera_task,
+                                                                                                   camera_buffer):
+    torch.manual_seed(0)
+    act = make_lerobot_policy(camera_task.observation_spec, camera_task.action_spec,
+                              LerobotPolicyConfig(type="act", config={**TINY_ACT, "dropout": 0.0}))
+    assert act.observation_keys == ("state", "front")  # ACT reads no instruction
+    assert act.policy.config.pretrained_backbone_weights is None  # nothing downloaded: the backbone from scratch
+    obs, _ = camera_task.reset(seed=0)
+    dark = {**obs, "front": obs["front"] // 4}
+    assert not np.allclose(chunk_for(act, obs), chunk_for(act, dark))  # the frame reaches the model
+    assert habc_update_changes(act, camera_buffer, camera_task, ("policy.model.backbone.",))
+    state_only = make_lerobot_policy(camera_task.observation_spec, camera_task.action_spec,
+                                     LerobotPolicyConfig(type="act", config=TINY_ACT, use_cameras=False))
+    assert state_only.observation_keys == ("state",)
+    np.testing.assert_array_equal(chunk_for(state_only, obs), chunk_for(state_only, dark))
+
+
+def test_a_smolvla_built_by_type_from_a_local_backbone_folder_reads_the_instruction_and_habc_trains_it(
+        camera_task, camera_buffer, tmp_path):
+    """SmolVLA by type: its vision-language backbone's config and tokenizer from a local folder
+    (``policy.config.vlm_model_name``), nothing from the hub; the task's instruction is its task string."""
+    from types import SimpleNamespace
+
+    from robolearn.builders import task_specs
+    from robolearn.sim.cube_tasks import INSTRUCTION_BYTES, PickCubeColorConfig
+    from robolearn.specs import encode_text
+    from tests.tiny_smolvla import tiny_vlm_folder
+
+    config = LerobotPolicyConfig(type="smolvla", config={
+        "vlm_model_name": str(tiny_vlm_folder(tmp_path / "vlm")), "load_vlm_weights": False, "chunk_size": H,
+        "max_state_dim": 32, "max_action_dim": 32, "resize_imgs_with_padding": (SIZE, SIZE),
+        "tokenizer_max_length": 16, "num_steps": 2, "num_vlm_layers": 2})
+    torch.manual_seed(0)
+    smolvla = make_lerobot_policy(camera_task.observation_spec, camera_task.action_spec, config)
+    assert smolvla.observation_keys == ("state", "front", "instruction") and smolvla.horizon == H
+    obs, _ = camera_task.reset(seed=0)
+    red, blue = ({**obs, "instruction": encode_text(f"pick up the {c} cube", INSTRUCTION_BYTES)}
+                 for c in ("red", "blue"))
+    assert not np.allclose(chunk_for(smolvla, red), chunk_for(smolvla, blue))  # the words reach the model
+    # lerobot's default trains the action expert on the frozen backbone's features
+    assert habc_update_changes(smolvla, camera_buffer, camera_task, ("policy.model.vlm_with_expert.lm_expert.",))
+    one_hot = PickCubeColorConfig(scene_state=False, cameras=["front"], camera_size=SIZE)  # no instruction
+    with pytest.raises(ValueError, match="lerobot smolvla policy reads an instruction.*task.language=true"):
+        make_lerobot_policy(task_specs(SimpleNamespace(task=one_hot, robot=None))[0], camera_task.action_spec,
+                            config)
+    with pytest.raises(ValueError, match="policy.config for lerobot 'smolvla' on this task.*no-such-folder"):
+        make_lerobot_policy(camera_task.observation_spec, camera_task.action_spec, LerobotPolicyConfig(
+            type="smolvla", config={**config.config, "vlm_model_name": str(tmp_path / "no-such-folder")}))
+
+
+def test_a_diffusion_whose_crop_is_larger_than_the_camera_is_refused_by_name(camera_task):
+    with pytest.raises(ValueError, match="policy.config for lerobot 'diffusion' on this task.*crop"):
+        make_lerobot_policy(camera_task.observation_spec, camera_task.action_spec,
+                            LerobotPolicyConfig(type="diffusion", config={**TINY_DIFFUSION, "crop_shape": (84, 84)}))
