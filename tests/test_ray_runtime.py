@@ -170,6 +170,33 @@ def test_runtime_ray_starts_its_own_instance_and_runs_the_same_config(tmp_path):
     assert all(a["env_steps"] > 0 for a in summary["actors"]) and not (run / "ray.json").exists()
 
 
+@pytest.mark.slow  # a cluster of two nodes on 2 cores: about a minute
+@pytest.mark.timeout(300)
+def test_the_actors_of_a_node_with_two_robots_both_run_there_each_leasing_its_own(tmp_path):
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    pc = cluster.add_node(num_cpus=1, labels={TYPE_LABEL: "sim_so101"},
+                          resources={robot_resource("sim-1"): 1, robot_resource("sim-2"): 1})
+    cluster.wait_for_nodes()
+    proc = start_robolearn(["run", *fast_run_overrides("pc", 1.0), "runtime=ray",
+                            f"runtime.address={cluster.address}"], cwd=tmp_path)
+    try:
+        out, _ = proc.communicate(timeout=240)
+        summary = json.loads((tmp_path / "runs" / "pc" / "summary.json").read_text())
+        assert proc.returncode == 0 and summary["ok"], out
+        assert "robots: sim-1 (" in out and "sim-2 (" in out, out
+        where = summary["placement"]["processes"]
+        assert where["actor-0"]["node_id"] == where["actor-1"]["node_id"] == pc.node_id, where
+        assert where["learner"]["node_id"] == summary["placement"]["driver_node"] != pc.node_id
+        assert sorted(a["robot_id"] for a in summary["actors"]) == ["sim-1", "sim-2"], summary["actors"]
+        assert all(a["env_steps"] > 0 for a in summary["actors"])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        cluster.shutdown()
+
+
 def test_runtime_ray_refuses_robot_pcs_joined_by_hand():
     from robolearn.runtime.ray_runtime import RayRuntimeConfig
 
@@ -193,6 +220,30 @@ def test_robot_nodes_are_read_from_labels_and_a_label_without_its_resource_is_re
         robot_nodes("so101", [node(5, "arm-d", resource=False)])
     with pytest.raises(ConfigError, match="advertised by two nodes"):
         robot_nodes("so101", [node(1, "arm-a"), node(2, "arm-a")])
+
+
+def test_a_node_with_several_simulated_robots_gets_an_actor_per_robot_pinned_by_its_resource():
+    from robolearn.config import ConfigError
+    from robolearn.runtime.ray_runtime import RayPlacement, robot_nodes
+
+    several = {"NodeID": "pc", "Alive": True, "NodeManagerAddress": "10.0.0.5", "Labels": {TYPE_LABEL: "sim_so101"},
+               "Resources": {"CPU": 4.0, robot_resource("sim-2"): 1.0, robot_resource("sim-1"): 1.0}}
+    one = {"NodeID": "arm", "Alive": True, "NodeManagerAddress": "10.0.0.6",
+           "Labels": {TYPE_LABEL: "sim_so101", ROBOT_LABEL: "sim-3"}, "Resources": {robot_resource("sim-3"): 1.0}}
+    nodes = robot_nodes("sim_so101", [several, one])
+    assert [(n.robot_id, n.node_id, n.labelled) for n in nodes] == [
+        ("sim-1", "pc", False), ("sim-2", "pc", False), ("sim-3", "arm", True)]
+    placement = RayPlacement.__new__(RayPlacement)  # its placement rules alone, no cluster
+    placement.nodes, placement.driver_node = nodes, "ab" * 28  # a node id: 28 bytes in hex
+    assert [placement.options(f"actor-{i}") for i in range(3)] == [
+        {"label_selector": {TYPE_LABEL: "sim_so101"}, "resources": {robot_resource("sim-1"): 1}, "num_cpus": 0},
+        {"label_selector": {TYPE_LABEL: "sim_so101"}, "resources": {robot_resource("sim-2"): 1}, "num_cpus": 0},
+        {"label_selector": {ROBOT_LABEL: "sim-3"}, "resources": {robot_resource("sim-3"): 1}, "num_cpus": 0}]
+    with pytest.raises(ConfigError, match=r"holds several so101 robots \(arm-1, arm-2\).*one serial port"):
+        robot_nodes("so101", [{**several, "Labels": {TYPE_LABEL: "so101"}, "Resources": {
+            robot_resource("arm-1"): 1.0, robot_resource("arm-2"): 1.0}}], ported=True)
+    with pytest.raises(ConfigError, match="labels robot type 'sim_so101' but holds no robot"):
+        robot_nodes("sim_so101", [{**several, "Resources": {"CPU": 4.0}}])
 
 
 def test_a_node_on_another_machine_gets_the_learners_addresses_on_the_drivers_ip():

@@ -16,7 +16,7 @@ from robolearn.config import load_run_config
 from robolearn.hardware.resources import LeaseClient
 from robolearn.logging.status import read_json
 from robolearn.rundir import RunDir
-from robolearn.runtime.ray_runtime import ROBOT_LABEL, TYPE_LABEL, placement_of
+from robolearn.runtime.ray_runtime import ROBOT_LABEL, TYPE_LABEL, placement_of, robots_held
 from robolearn.transport.security import load_keys
 
 
@@ -33,6 +33,13 @@ def _leases(run: RunDir) -> dict[str, dict]:
         return {}
     finally:
         client.close()
+
+
+def _holder(lease: dict) -> str:
+    """A robot's lease as the table shows it: its holder, free, or why it is unavailable."""
+    if not lease.get("healthy", True):
+        return f"unavailable ({lease.get('error') or 'node left'})"
+    return lease.get("holder") or "free"
 
 
 def main(argv: list[str]) -> int:
@@ -58,18 +65,18 @@ def main(argv: list[str]) -> int:
     procs = (placement or {}).get("processes", {})
     leases = _leases(run) if run else {}
     table = Table(title=f"Ray cluster at {address}", title_justify="left")
-    for col in ("node", "address", "state", "robot", "robot type", "held by", "CPU", "GPU", "processes here"):
+    for col in ("node", "address", "state", "robots", "robot type", "held by", "CPU", "GPU", "processes here"):
         table.add_column(col)
     for n in sorted(nodes, key=lambda n: (not n.get("Alive"), n["NodeManagerAddress"])):
         labels, res = n.get("Labels") or {}, n.get("Resources") or {}
-        robot = labels.get(ROBOT_LABEL, "")
-        lease = leases.get(robot, {})
-        held = (lease.get("holder") or "free") if lease.get("healthy", True) else \
-            f"unavailable ({lease.get('error') or 'node left'})"
+        # a dead node may list no resources any more; its label still names its robot
+        robots = sorted({*(robots_held(n) if TYPE_LABEL in labels else []),
+                         *([labels[ROBOT_LABEL]] if ROBOT_LABEL in labels else [])})
+        held = ", ".join(_holder(leases.get(robot, {})) for robot in robots)
         here = [f"{name} (pid {w.get('pid')}{', GPU ' + ','.join(w['gpus']) if w.get('gpus') else ''})"
                 for name, w in procs.items() if w.get("node_id") == n["NodeID"]]
         table.add_row(n["NodeID"][:12], n["NodeManagerAddress"], "alive" if n.get("Alive") else "[red]dead[/red]",
-                      robot or "-", labels.get(TYPE_LABEL, "-"), held if robot and leases else "-",
+                      ", ".join(robots) or "-", labels.get(TYPE_LABEL, "-"), held if robots and leases else "-",
                       f"{res.get('CPU', 0):g}", f"{res.get('GPU', 0):g}", ", ".join(here) or "-")
     console.print(table)
     waiting = [name for name, w in procs.items() if w.get("state") != "running"]

@@ -10,12 +10,17 @@
         learner, policy server, GUI   the driver's node (this machine: the buffer and checkpoints are on its disk);
                                       the learner asks Ray for one GPU (num_gpus=1) when learner.device is auto or
                                       cuda and this node has one, none with learner.device=cpu or no GPU here
-        actor for robot X             the node labelled robolearn/robot=X (label selector) holding the custom
-                                      resource robot:X (one actor per robot); never anywhere else
+        actor for robot X             the node holding the custom resource robot:X (one actor per robot), chosen
+                                      by label selector (robolearn/robot=X, or the robot type on a node with
+                                      several robots); never anywhere else
 A robot PC joins the cluster with
 
     ray start --address=WORKSTATION:6379 --labels="robolearn/robot=arm-1,robolearn/robot-type=so101" \
               --resources='{"robot:arm-1": 1}'
+
+and a PC with several (simulated) robots with one resource per robot and the type label alone:
+``--labels="robolearn/robot-type=sim_so101" --resources='{"robot:sim-1": 1, "robot:sim-2": 1}'``. Several real
+arms on one node would need a serial port per robot, which the robot config does not have: refused by name.
 
 The lease manager on the driver stays the authority on who holds a robot: each actor leases the robot of its node
 by name. A process that dies is started again by the supervisor (the same restart budget and back-off as a local
@@ -47,14 +52,23 @@ from robolearn.runtime.ray_hosts import MIRRORED, RayProcess
 from robolearn.runtime.supervisor import write_pids
 from robolearn.transport.sockets import is_loopback
 
-ROBOT_LABEL = "robolearn/robot"        # node label: the robot's id (one robot per node)
+ROBOT_LABEL = "robolearn/robot"        # node label: the robot's id (a node with one robot)
 TYPE_LABEL = "robolearn/robot-type"    # node label: its robot type (the run's robot config's type)
 DRIVER_PROCESSES = ("learner", "policy-server", "gui")
 
 
+ROBOT_RESOURCE = "robot:"
+
+
 def robot_resource(robot_id: str) -> str:
     """The custom resource a robot PC's node holds one of, per robot: one actor per robot."""
-    return f"robot:{robot_id}"
+    return f"{ROBOT_RESOURCE}{robot_id}"
+
+
+def robots_held(node: dict) -> list[str]:
+    """The robot ids a node (of ``ray.nodes()``) holds a ``robot:<id>`` resource for."""
+    return sorted(r.removeprefix(ROBOT_RESOURCE) for r, amount in (node.get("Resources") or {}).items()
+                  if r.startswith(ROBOT_RESOURCE) and amount >= 1)
 
 
 @dataclass
@@ -82,27 +96,38 @@ class RobotNode:
     type: str
     node_id: str
     address: str      # the node's IP
+    labelled: bool    # the node's robolearn/robot label names this robot (a node with one robot)
 
 
-def robot_nodes(kind: str, nodes: list[dict] | None = None) -> list[RobotNode]:
-    """The live nodes (of ``ray.nodes()``) that advertise a robot of type ``kind``; ConfigError for a label
-    without its resource or a robot id on two nodes."""
+def robot_nodes(kind: str, nodes: list[dict] | None = None, ported: bool = False) -> list[RobotNode]:
+    """The robots of type ``kind`` that live nodes (of ``ray.nodes()``) advertise: a node labelled with the type
+    holds one ``robot:<id>`` resource per robot, and may label its one robot ``robolearn/robot=<id>``. ConfigError
+    for a label without its resource, a typed node with no robot resource, a robot id on two nodes, and (``ported``:
+    the robot config opens a serial port) several robots on one node."""
     import ray
 
     found: dict[str, RobotNode] = {}
     for node in ray.nodes() if nodes is None else nodes:
         labels = node.get("Labels") or {}
-        if not node.get("Alive") or labels.get(TYPE_LABEL) != kind or ROBOT_LABEL not in labels:
+        if not node.get("Alive") or labels.get(TYPE_LABEL) != kind:
             continue
-        robot = labels[ROBOT_LABEL]
-        if robot in found:
-            raise ConfigError(f"robot {robot!r} is advertised by two nodes ({found[robot].address} and "
-                              f"{node['NodeManagerAddress']}): give each robot its own id")
-        if (node.get("Resources") or {}).get(robot_resource(robot), 0) < 1:
-            need = robot_resource(robot)
-            raise ConfigError(f"the node at {node['NodeManagerAddress']} labels robot {robot!r} but has no resource "
-                              f"{need!r}: start it with --resources='{{\"{need}\": 1}}'")
-        found[robot] = RobotNode(robot, kind, node["NodeID"], node["NodeManagerAddress"])
+        held, where = robots_held(node), node["NodeManagerAddress"]
+        label = labels.get(ROBOT_LABEL)
+        if label is not None and label not in held:
+            need = robot_resource(label)
+            raise ConfigError(f"the node at {where} labels robot {label!r} but has no resource {need!r}: start it "
+                              f"with --resources='{{\"{need}\": 1}}'")
+        if not held:
+            raise ConfigError(f"the node at {where} labels robot type {kind!r} but holds no robot: start it with "
+                              f"--resources='{{\"{robot_resource('<id>')}\": 1}}', one per robot")
+        if ported and len(held) > 1:
+            raise ConfigError(f"the node at {where} holds several {kind} robots ({', '.join(held)}), but the robot "
+                              f"config has one serial port (robot.port): one real robot per node")
+        for robot in held:
+            if robot in found:
+                raise ConfigError(f"robot {robot!r} is advertised by two nodes ({found[robot].address} and {where}): "
+                                  "give each robot its own id")
+            found[robot] = RobotNode(robot, kind, node["NodeID"], where, labelled=label == robot)
     return sorted(found.values(), key=lambda n: n.robot_id)
 
 
@@ -134,8 +159,9 @@ class RayPlacement(LocalPlacement):
         context = ray.get_runtime_context()
         self.driver_node, self.driver_ip = context.get_node_id(), ray.util.get_node_ip_address()
         self.kind = robot_type(cfg)
-        self.nodes = robot_nodes(self.kind)
-        if not self.nodes and getattr(cfg.robot, "port", None) is not None:
+        self.ported = getattr(cfg.robot, "port", None) is not None
+        self.nodes = robot_nodes(self.kind, ported=self.ported)
+        if not self.nodes and self.ported:
             raise ConfigError(f"runtime=ray: no live Ray node advertises a robot of type {self.kind!r}; on each robot "
                               f"PC: ray start --address=... --labels=\"{ROBOT_LABEL}=<id>,{TYPE_LABEL}={self.kind}\" "
                               f"--resources='{{\"robot:<id>\": 1}}'")
@@ -171,7 +197,7 @@ class RayPlacement(LocalPlacement):
         import ray
 
         try:
-            self._available = {n.robot_id: n for n in robot_nodes(self.kind, ray.nodes())}
+            self._available = {n.robot_id: n for n in robot_nodes(self.kind, ray.nodes(), self.ported)}
         except ConfigError as exc:  # a misconfigured node joined meanwhile: said, and the last good view kept
             print(f"[runtime] {exc}", file=sys.stderr, flush=True)
 
@@ -187,8 +213,10 @@ class RayPlacement(LocalPlacement):
             return on_driver
         if not self.nodes:  # simulators: anywhere when off loopback with keys, else on this machine
             return {"num_cpus": 0} if self.off_loopback else on_driver
-        robot = self.nodes[int(name.removeprefix("actor-"))].robot_id
-        return {"label_selector": {ROBOT_LABEL: robot}, "resources": {robot_resource(robot): 1}, "num_cpus": 0}
+        node = self.nodes[int(name.removeprefix("actor-"))]
+        # the resource pins the node (and one actor per robot); the label selector says which kind of node it is
+        selector = {ROBOT_LABEL: node.robot_id} if node.labelled else {TYPE_LABEL: node.type}
+        return {"label_selector": selector, "resources": {robot_resource(node.robot_id): 1}, "num_cpus": 0}
 
     def spawn(self, name: str, run: RunDir) -> RayProcess:
         if name.startswith("actor-") and self.cfg.runtime.policy_server and self.off_loopback:
