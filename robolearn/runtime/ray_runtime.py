@@ -2,8 +2,8 @@
 
     robolearn run ... runtime=ray [runtime.address=HOST:PORT]   (no address: a local Ray instance is started)
 
-    connect to Ray -> the robots: nodes labelled robolearn/robot=<id>, robolearn/robot-type=<the run's robot type>
-    (a simulator with no such node: runtime.num_actors of them, on this machine, or anywhere when the run is off
+    connect to Ray -> the robots: the robot:<id> resources of nodes labelled robolearn/robot-type=<the run's robot
+    type> (a simulator with no such node: runtime.num_actors of them, on this machine, or anywhere when the run is off
     loopback with keys) -> the local runtime's sequence
     (``runtime.local``: learner, policy server, one actor per robot, supervision, summary), each process started
     on its node by a Ray actor (``runtime.ray_hosts``):
