@@ -85,7 +85,8 @@ def serve_run(run: RunDir, cfg: RunConfig) -> int:
         runner.version, held = ckpt.version, True
     earlier = read_json(run.policy_server) or {}  # the actors are connected to that port
     server = PolicyServer(runner, cfg.runtime.host, endpoint_port(earlier.get("endpoint")) or 0,
-                          weights_endpoint=endpoints["weights"], keys=load_keys(cfg.runtime.keys_dir))
+                          weights_endpoint=endpoints["weights"], keys=load_keys(cfg.runtime.keys_dir),
+                          mid_timeout_s=cfg.runtime.mid_timeout_s)
     assert server.weights is not None
     while not held and not stop:  # a first start: nothing to answer with before the learner's first weights
         server.weights.poll(timeout_ms=50)
@@ -139,14 +140,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrent-latency", action="store_true",
                     help="with --extra-latency-ms: serve later batches while earlier answers wait out their latency "
                          "(a server that runs several requests at once), instead of one batch at a time")
+    ap.add_argument("--mid-timeout-s", type=float, default=1.0,
+                    help="a two-stage request whose mid observation has not come this long after is answered from "
+                         "its first observation alone")
     args = ap.parse_args(argv)
+    if args.mid_timeout_s <= 0:
+        ap.error(f"--mid-timeout-s must be > 0, got {args.mid_timeout_s}")
     torch.set_num_threads(args.threads)
     register_builtins()
     runner = build_runner(args.task, args.policy, args.weights, json.loads(args.policy_config), args.checkpoint,
                           json.loads(args.task_config))
     server = PolicyServer(runner, args.host, args.port, args.max_batch, args.weights_endpoint,
                           tuple(args.extra_latency_ms) if args.extra_latency_ms else None,
-                          keys=load_keys(args.keys_dir), concurrent_latency=args.concurrent_latency)
+                          keys=load_keys(args.keys_dir), concurrent_latency=args.concurrent_latency,
+                          mid_timeout_s=args.mid_timeout_s)
     if args.endpoint_file:
         tmp = Path(args.endpoint_file + ".tmp")
         tmp.write_text(json.dumps({"endpoint": server.endpoint, "pid": os.getpid()}))
