@@ -97,6 +97,10 @@ class ObservationSpec:
 
     arrays: dict[str, ArraySpec] = field(default_factory=dict)
 
+    def select(self, keys: tuple[str, ...]) -> ObservationSpec:
+        """The spec of ``keys`` alone (those this spec has)."""
+        return ObservationSpec({k: v for k, v in self.arrays.items() if k in keys})
+
     def validate(self, obs: dict[str, np.ndarray]) -> None:
         missing = set(self.arrays) - set(obs)
         extra = set(obs) - set(self.arrays)

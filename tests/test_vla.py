@@ -15,7 +15,7 @@ from robolearn.buffer.replay_buffer import ReplayBuffer
 from robolearn.checkpoint import Checkpoint, save_checkpoint
 from robolearn.config import ConfigError, check_buildable, compose, validate
 from robolearn.inference.client import RemoteClient
-from robolearn.inference.protocol import ChunkRequest
+from robolearn.inference.protocol import ChunkRequest, MidObservation, mid_to_wire
 from robolearn.inference.runner import ChunkPolicyRunner
 from robolearn.inference.server import PolicyServer
 from robolearn.learner.bc import ChunkDataset, expert_demos, train_bc
@@ -260,6 +260,11 @@ def test_a_remote_two_stage_request_is_answered_by_the_servers_head_from_the_mid
     torch.manual_seed(7)
     assert not np.allclose(got.actions, runner.run_head([request], trunk)[0].actions, atol=1e-3)
     assert (late[0].request_id, late[0].chunk_start, late[0].prefix_len) == (1, 20, D)
+    # the mid observation went on the wire as its state alone (the head reads nothing else): not the frames
+    _, arrays = mid_to_wire(MidObservation(0, 12, mid))
+    assert set(arrays) == {"obs.state"} and set(mid) == {"state", "front", "wrist", "instruction"}
+    with pytest.raises(SpecError, match="missing key.*'state'"):
+        runner.check_mid({k: v for k, v in mid.items() if k != "state"})
 
 
 def test_a_two_stage_request_to_a_one_stage_policy_is_rejected_by_name(env):

@@ -25,6 +25,14 @@ from robolearn.transport.wire import Message, WireError
 
 REQUEST, MID, RESPONSE = "chunk_request", "chunk_mid", "chunk"
 OBS_PREFIX = "obs."
+# What a mid observation carries: a two-stage policy's light head reads the state alone (docs/algorithms.md,
+# "Two-stage scheduling"); the cameras and the instruction would only delay it on the wire, on the critical path
+MID_KEYS = ("state",)
+
+
+def mid_part(observation: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The part of an observation a mid observation carries (``MID_KEYS``)."""
+    return {k: observation[k] for k in MID_KEYS if k in observation}
 
 
 @dataclass
@@ -63,7 +71,8 @@ class ChunkResponse:
 
 @dataclass(frozen=True)
 class MidObservation:
-    """The mid-inference observation of two-stage request ``request_id``, taken at ``tick``."""
+    """The mid-inference observation of two-stage request ``request_id``, taken at ``tick`` (on the wire, its
+    ``MID_KEYS`` alone)."""
 
     request_id: int
     tick: int
@@ -99,7 +108,8 @@ def _observation(msg: Message) -> dict[str, np.ndarray]:
 
 
 def mid_to_wire(mid: MidObservation) -> tuple[dict, dict[str, np.ndarray]]:
-    return {"request_id": mid.request_id, "tick": mid.tick}, {f"{OBS_PREFIX}{k}": v for k, v in mid.observation.items()}
+    return ({"request_id": mid.request_id, "tick": mid.tick},
+            {f"{OBS_PREFIX}{k}": v for k, v in mid_part(mid.observation).items()})
 
 
 def mid_from_wire(msg: Message) -> MidObservation:

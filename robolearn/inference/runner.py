@@ -3,9 +3,9 @@
 The policy implements ``predict_chunk(observations {key: (B, ...)}, prefix (B, D, A), prefix_len (B,),
 explore) -> (B, H, A)`` in normalised action units (``policies.flow_chunk.FlowChunkPolicy``; the Gaussian MLP
 policy and lerobot policies ignore the prefix). A policy with ``takes_mid_observation = True`` also gets
-``mid_observations`` (the same keys) and ``mid_offsets`` (B,) ticks after the first observation (two-stage
-requests; a one-stage request passes its observation again with offset 0); a two-stage chunk starts at
-its mid observation's tick (``ChunkResponse.chunk_start``). Such a policy is a trunk and a head
+``mid_observations`` (their ``protocol.MID_KEYS``: the state) and ``mid_offsets`` (B,) ticks after the first
+observation (two-stage requests; a one-stage request passes its observation again with offset 0); a two-stage
+chunk starts at its mid observation's tick (``ChunkResponse.chunk_start``). Such a policy is a trunk and a head
 (``predict_trunk``, ``predict_head``): a client runs ``run_trunk`` when the request is made, on what is known then
 (the first observation, the committed actions, the planned mid offset ``planned_delay - mid_ticks``), and
 ``run_head`` once the mid observation is attached, so only the head ever sees it. ``run`` does both at once.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from robolearn.inference.protocol import ChunkRequest, ChunkResponse
+from robolearn.inference.protocol import MID_KEYS, ChunkRequest, ChunkResponse, mid_part
 from robolearn.specs import ObservationSpec, SpecError
 
 
@@ -56,7 +56,7 @@ class ChunkPolicyRunner:
         if req.prefix.shape[1:] != (self.action_dim,):
             raise SpecError(f"prefix: shape {tuple(req.prefix.shape)}, expected (d, {self.action_dim})")
         if req.mid_observation is not None:
-            self.obs_spec.validate(req.mid_observation)
+            self.check_mid(req.mid_observation)
         horizon = getattr(self.policy, "horizon", None)
         if horizon is not None and req.prefix_len >= horizon:
             raise SpecError(f"prefix: {req.prefix_len} committed actions, the chunk has only {horizon}")
@@ -96,6 +96,14 @@ class ChunkPolicyRunner:
         return [ChunkResponse(r.request_id, r.tick, chunks[i], self.version, r.prefix_len - int(k), ms,
                               chunk_start=r.tick + int(k)) for i, (r, k) in enumerate(zip(requests, offsets))]
 
+    def check_mid(self, observation: dict[str, np.ndarray]) -> None:
+        """Raise ``SpecError`` naming the key when a mid observation's ``MID_KEYS`` do not fit the policy (the rest
+        of an in-process observation is not read)."""
+        self.obs_spec.select(MID_KEYS).validate(mid_part(observation))
+
+    def _stack_mids(self, mids: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        return {k: np.stack([m[k] for m in mids]) for k in self.obs_spec.select(MID_KEYS).arrays}
+
     def run(self, requests: list[ChunkRequest]) -> list[ChunkResponse]:
         """Whole chunks now (one-stage requests, or two-stage ones whose mid observation is attached)."""
         t0 = time.perf_counter()
@@ -104,8 +112,7 @@ class ChunkPolicyRunner:
         extra = {}
         if getattr(self.policy, "takes_mid_observation", False):
             mids = [r.mid_observation if r.mid_observation is not None else r.observation for r in requests]
-            extra = {"mid_observations": {k: np.stack([m[k] for m in mids]) for k in self.obs_spec.arrays},
-                     "mid_offsets": offsets}
+            extra = {"mid_observations": self._stack_mids(mids), "mid_offsets": offsets}
         with torch.no_grad():
             chunks = self.policy.predict_chunk(observations, prefix, lens, explore=self.explore, **extra)
         return self._responses(requests, chunks, offsets, (time.perf_counter() - t0) * 1e3)
@@ -128,7 +135,7 @@ class ChunkPolicyRunner:
         t0 = time.perf_counter()
         _, prefix, lens = self._batch(requests)
         offsets = self._offsets(requests)
-        mids = {k: np.stack([r.mid_observation[k] for r in requests]) for k in self.obs_spec.arrays}
+        mids = self._stack_mids([r.mid_observation for r in requests])
         chunks = self.policy.predict_head(trunk.features, mids, prefix, lens, offsets)
         return self._responses(requests, chunks, offsets, trunk.ms + (time.perf_counter() - t0) * 1e3)
 

@@ -113,7 +113,7 @@ class PolicyServer:
                 msg = decode(body, frozenset({REQUEST, MID}))
                 if msg.type == MID:
                     mid = mid_from_wire(msg)
-                    self.runner.obs_spec.validate(mid.observation)
+                    self.runner.check_mid(mid.observation)
                     mids.append((identity, mid))
                     continue
                 req = request_from_wire(msg)
