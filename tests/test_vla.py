@@ -221,8 +221,16 @@ def test_dsrl_steers_a_frozen_vla_from_its_own_features_and_never_changes_it(env
     asked = [{**obs, "instruction": encode_text(f"pick up the {c} cube", INSTRUCTION_BYTES)} for c in ("red", "blue")]
     contexts = [policy.context(policy.base.observation_tensors(one(o))) for o in asked]
     assert not torch.allclose(*contexts)
+    encodes = []
+    real_encode = policy.base.encode
+    policy.base.encode = lambda o: encodes.append(1) or real_encode(o)
     chunk = policy.predict_chunk(one(obs), np.zeros((1, 0, 6), np.float32), np.zeros(1, np.int64))
     assert chunk.shape == (1, H, 6) and np.abs(chunk).max() <= 1.0
+    assert len(encodes) == 1  # the words and frames are encoded once: the context's features make the chunk too
+    # ... and the chunk is the one the base makes from the observation itself
+    tensors, w = policy.base.observation_tensors(one(obs)), torch.rand(1, H, 6)
+    torch.testing.assert_close(policy.actions(tensors, w, context=policy.context(tensors)),
+                               policy.actions(tensors, w))
 
 
 def test_a_remote_two_stage_request_is_answered_by_the_servers_head_from_the_mid_observation(env):

@@ -112,7 +112,7 @@ class DSRL:
     def policy_actions(self, obs: Observation, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """a = F(s, w), w ~ pi_W(c(s)): the chunk (B, H * A) and log pi_W(w|s) (B,), differentiable in pi_W."""
         noise, log_prob = self.actor.noise(context)
-        return self.actor.actions(obs, noise).flatten(1), log_prob
+        return self.actor.actions(obs, noise, context=context).flatten(1), log_prob
 
     @torch.no_grad()
     def td_target(self, reward: torch.Tensor, discount: torch.Tensor, next_obs: Observation,

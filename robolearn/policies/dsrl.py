@@ -126,8 +126,13 @@ class DSRLPolicy(nn.Module):
         return b * u.view(-1, self.horizon, self.action_dim), log_prob - u.shape[-1] * float(np.log(b))
 
     def actions(self, obs: torch.Tensor | dict[str, torch.Tensor], noise: torch.Tensor,
-                prefix: torch.Tensor | None = None, prefix_len: torch.Tensor | None = None) -> torch.Tensor:
-        """a = F(s, w): the base's chunk (B, H, A) from ``noise``, differentiable in it."""
+                prefix: torch.Tensor | None = None, prefix_len: torch.Tensor | None = None,
+                context: torch.Tensor | None = None) -> torch.Tensor:
+        """a = F(s, w): the base's chunk (B, H, A) from ``noise``, differentiable in it. ``context``: c(s) when it
+        was computed already; for a base that reads more than the state its first columns are the base's condition
+        e(s), which is then not encoded again (the VLA's words and frames: most of the cost)."""
+        if context is not None and self._reads_more:
+            return self.base.chunk_from_condition(context[:, :self.base.encoded_dim], noise, prefix, prefix_len)
         return self.base.chunk_from_noise(obs, noise, prefix, prefix_len)
 
     def predict_chunk(self, observations: dict[str, np.ndarray], prefix: np.ndarray, prefix_len: np.ndarray,
@@ -136,9 +141,10 @@ class DSRLPolicy(nn.Module):
         -> chunks (B, H, A) in [-1, 1], as float32 numpy."""
         with torch.no_grad():
             obs = self.base.observation_tensors(observations)
-            w, _ = self.noise(self.context(obs), explore)
+            context = self.context(obs)
+            w, _ = self.noise(context, explore)
             out = self.actions(obs, w, torch.as_tensor(prefix, dtype=torch.float32),
-                               torch.as_tensor(prefix_len, dtype=torch.long))
+                               torch.as_tensor(prefix_len, dtype=torch.long), context)
         return out.numpy().astype(np.float32)
 
 

@@ -264,9 +264,13 @@ class FlowChunkPolicy(nn.Module):
                          prefix_len: torch.Tensor | None = None) -> torch.Tensor:
         """A one-stage chunk (B, H, A) in [-1, 1] integrated from the given ``noise`` (B, H, A): the flow as a
         deterministic, differentiable map of its noise (DSRL steers a frozen policy through it)."""
+        return self.chunk_from_condition(self.condition(obs), noise, prefix, prefix_len)
+
+    def chunk_from_condition(self, cond: torch.Tensor, noise: torch.Tensor, prefix: torch.Tensor | None = None,
+                             prefix_len: torch.Tensor | None = None) -> torch.Tensor:
+        """``chunk_from_noise`` from the observation's condition (B, E) (``condition``) computed already."""
         if self.takes_mid_observation:
             raise ValueError("chunk_from_noise: a two-stage flow policy (mid_observation=true) is not supported")
-        cond = self.condition(obs)
         return self._flow(cond, self.mean_chunk(cond), prefix, prefix_len, None, noise)
 
     @torch.no_grad()
