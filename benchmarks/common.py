@@ -49,9 +49,9 @@ def goal(name: str, value: float | None, op: str, target: float) -> dict:
 def spread(values: Sequence[float | None], digits: int | None = None) -> dict:
     """The median over runs or seeds, with the min and max beside it (the agreed way to report a figure).
 
-    ``None`` is a run that never got there (a time to a target it did not reach): it counts as the worst, infinitely
-    late, in the median, so the median is ``None`` when most runs did not get there; min and max are over the runs
-    that did (``None`` when none did). ``digits`` rounds the three."""
+    ``None`` is a run that never got there (a time to a target it did not reach; for figures where lower is better):
+    it counts as the worst, infinitely late, in the median, so the median is ``None`` when most runs did not get
+    there; min and max are over the runs that did (``None`` when none did). ``digits`` rounds the three."""
     if not values:
         raise ValueError("spread needs at least one value")
     reached = [v for v in values if v is not None]

@@ -181,11 +181,14 @@ def main() -> None:
     print(f"inference through the server: {latency}", flush=True)
     env.close()
     paraphrase_env.close()
-    success = spread([r["trained_instructions"]["success"] for r in results], 4)
-    para = spread([r["paraphrases"]["success"] for r in results], 4)
-    per_colour = {c: spread([r["trained_instructions"]["per_colour"][c] or 0.0 for r in results], 4)
+    def over_policies(values: list[float]) -> dict:
+        return {**spread(values, 4), "per_policy": [round(v, 4) for v in values]}
+
+    success = over_policies([r["trained_instructions"]["success"] for r in results])
+    para = over_policies([r["paraphrases"]["success"] for r in results])
+    per_colour = {c: over_policies([r["trained_instructions"]["per_colour"][c] or 0.0 for r in results])
                   for c in COLOURS}
-    para_colour = {c: spread([r["paraphrases"]["per_colour"][c] or 0.0 for r in results], 4) for c in COLOURS}
+    para_colour = {c: over_policies([r["paraphrases"]["per_colour"][c] or 0.0 for r in results]) for c in COLOURS}
     command = run_command(ap, args, "bench-vla", "vla.py")
     goals = [goal("vla_success", success["median"], ">=", 0.8),
              goal("vla_paraphrase_success", para["median"], ">=", 0.7),

@@ -26,7 +26,8 @@ def test_default_config_validates_to_typed_groups():
     ("buffer.fsync", "sometimes", "buffer.fsync"),
     ("budget.minutes", "-1", "budget.minutes"),
     ("runtime.host", "0.0.0.0", "runtime.host='0.0.0.0' is not a loopback"),
-    ("runtime.mid_timeout_s", "0", "runtime.mid_timeout_s must be > 0"),
+    ("runtime.mid_timeout_s", "0", "runtime.mid_timeout_s must be a number > 0"),
+    ("runtime.mid_timeout_s", "nan", "runtime.mid_timeout_s must be a number > 0"),
 ])
 def test_bad_values_name_the_key(key, value, match):
     with pytest.raises(ConfigError, match=match):

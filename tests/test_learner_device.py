@@ -90,6 +90,32 @@ def test_habc_builds_its_value_heads_where_the_policy_is_and_updates_there(devic
     assert all(np.isfinite(v) for v in metrics.values())
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_habc_trains_a_lerobot_act_with_a_camera_where_the_policy_is(device):
+    """lerobot's preprocessor is built for the CPU (its config's device); the batch still reaches the policy on
+    learner.device."""
+    from robolearn.policies.lerobot_policy import LerobotPolicyConfig, make_lerobot_policy
+
+    obs = ObservationSpec({**_specs()[0].arrays, "front": ArraySpec((32, 32, 3), dtype="uint8", unit="RGB")})
+    torch.manual_seed(0)
+    policy = make_lerobot_policy(obs, _specs()[1], LerobotPolicyConfig(type="act", config={
+        "chunk_size": 4, "dim_model": 32, "n_heads": 2, "dim_feedforward": 64, "n_encoder_layers": 1,
+        "n_decoder_layers": 1, "n_vae_encoder_layers": 1, "latent_dim": 8})).to(device)
+    habc = HABC(policy, HABCConfig(value_hidden_dims=[32]))
+    b, h = 8, 4
+    zeros = torch.zeros(b)
+    state = torch.rand(b, 6)
+    batch = {"obs": state, "next_obs": torch.rand(b, 6), "actions": torch.rand(b, h, 3) * 2 - 1,
+             "valid": torch.ones(b, h), "done": zeros, "demo": zeros, "intervention": zeros, "labelled": zeros,
+             "episode_success": zeros,
+             "observation": {"state": state, "front": torch.randint(0, 255, (b, 32, 32, 3), dtype=torch.uint8)}}
+    metrics = habc.update(batch_to(batch, torch.device(device)))
+    assert all(np.isfinite(v) for v in metrics.values())
+    served = policy.predict_chunk({"state": np.zeros((1, 6), np.float32), "front": np.zeros((1, 32, 32, 3), np.uint8)},
+                                  np.zeros((1, 0, 3), np.float32), np.zeros(1, np.int64))
+    assert served.shape == (1, 4, 3)
+
+
 def test_a_checkpoint_keeps_the_cuda_generator_when_there_is_one_and_loads_without_it(tmp_path):
     from robolearn.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 

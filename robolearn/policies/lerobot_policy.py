@@ -40,7 +40,7 @@ valid steps of the whole batch, so a window cut by an episode end counts for its
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -118,6 +118,7 @@ class LerobotChunkPolicy(nn.Module):
         super().__init__()
         from lerobot.configs.types import FeatureType, PolicyFeature
         from lerobot.policies import get_policy_class, make_pre_post_processors
+        from lerobot.processor import DeviceProcessorStep
 
         self.obs_dim = state_vector_spec(obs_spec).shape[0]
         self.action_dim = action_spec.dim
@@ -135,17 +136,21 @@ class LerobotChunkPolicy(nn.Module):
         try:
             self.policy = get_policy_class(config.type)(lcfg)
             # with identity normalisation the preprocessor adds what a type derives from the inputs (SmolVLA: the
-            # tokenized instruction); it must be lerobot's own steps, as a folder's are
-            self.pre, _ = make_pre_post_processors(lcfg)
+            # tokenized instruction); it must be lerobot's own steps, as a folder's are. Not its device step: the
+            # config's device is the CPU, and the learner moves the policy to learner.device (_on_policy_device)
+            pre, _ = make_pre_post_processors(lcfg)
+            self.pre = replace(pre, steps=[s for s in pre.steps if not isinstance(s, DeviceProcessorStep)])
         except ImportError as exc:  # a type whose lerobot extra is not installed (robolearn has diffusion, smolvla)
             raise ValueError(f"policy.type={config.type} needs a package that is not installed: {exc}") from None
         except (ValueError, OSError) as exc:  # lerobot's checks of the inputs (Diffusion's crop larger than a
-            # camera), or a vlm_model_name that is not a local folder (nothing is downloaded): it names it
+            # camera), or a vlm_model_name that is neither a local folder nor reachable on the hub: it names it
             raise ValueError(f"policy.config for lerobot {config.type!r} on this task: {exc}") from None
         self.policy.to(memory_format=torch.channels_last)  # as a folder's (LerobotFolderPolicy): oneDNN's layout
         self.policy.eval()
         self.text_key = instruction_key(self.pre, obs_spec, f"the lerobot {config.type} policy")
         self.observation_keys = ("state", *self.cameras, *([self.text_key] if self.text_key else []))
+        self._dtypes = {k: torch.float32 if k == "state" else getattr(torch, obs_spec.arrays[k].dtype)
+                        for k in self.observation_keys}
         # lerobot's datasets give an observation time axis to the types that ask for observation deltas
         # (Diffusion: (B, n_obs_steps, S)); ACT takes (B, S)
         self._obs_steps_axis = lcfg.observation_delta_indices is not None
@@ -165,12 +170,17 @@ class LerobotChunkPolicy(nn.Module):
             batch["task"] = [decode_text(r) for r in obs[self.text_key].cpu().numpy()]
         return batch
 
+    def _on_policy_device(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """lerobot's preprocessed batch with its tensors where the policy is (the tokens are made on the CPU)."""
+        device = self.normalise.centre.device
+        return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in self.pre(batch).items()}
+
     def predict_chunk(self, observations: dict[str, np.ndarray], prefix: np.ndarray, prefix_len: np.ndarray,
                       explore: bool = False) -> np.ndarray:
-        obs = {k: torch.as_tensor(observations[k], dtype=torch.float32 if k == "state" else torch.uint8)
-               for k in self.observation_keys}
+        device = self.normalise.centre.device
+        obs = {k: torch.as_tensor(observations[k], dtype=self._dtypes[k]).to(device) for k in self.observation_keys}
         with torch.inference_mode():
-            chunk = self.policy.predict_action_chunk(self.pre(self._inputs(obs)))  # (B, H, A)
+            chunk = self.policy.predict_action_chunk(self._on_policy_device(self._inputs(obs)))  # (B, H, A)
         return chunk.clamp(-1.0, 1.0).cpu().numpy().astype(np.float32)
 
     def weighted_loss(self, obs: torch.Tensor | dict[str, torch.Tensor], actions: torch.Tensor,
@@ -184,7 +194,7 @@ class LerobotChunkPolicy(nn.Module):
         idx = torch.multinomial(weights, weights.shape[0], replacement=True)
         drawn = {k: v[idx] for k, v in obs.items()} if isinstance(obs, dict) else obs[idx]
         batch = {**self._inputs(drawn), ACTION: actions[idx], "action_is_pad": valid[idx] < 0.5}
-        loss, _ = self.policy.forward(self.pre(batch))
+        loss, _ = self.policy.forward(self._on_policy_device(batch))
         return loss
 
 

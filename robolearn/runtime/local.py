@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -48,8 +49,9 @@ class LocalRuntimeConfig:
                                   # robots' control loops (and the page's) come first, the updates wait
     policy_server: bool = False   # true: this machine's actors ask one policy server process for their chunks
                                   # (needs actor.realtime=true) instead of each running the policy itself
-    mid_timeout_s: float = 1.0    # the policy server: a two-stage request whose mid observation has not come
-                                  # this long after it is answered from its first observation alone
+    mid_timeout_s: float = 1.0    # the run's policy server only (runtime.policy_server): a two-stage request whose
+                                  # mid observation has not come this long after is answered from its first
+                                  # observation alone (an actor running its policy in-process waits 1 s)
     lease_ttl_s: float = 5.0      # an actor's robot lease expires this long after its last heartbeat
     status_every_s: float = 0.5   # each process rewrites its status file this often
     startup_timeout_s: float = 120.0
@@ -70,8 +72,8 @@ class LocalRuntimeConfig:
         if self.num_actors < 0 or self.remote_actors < 0 or self.total_actors < 1:
             raise ValueError(f"runtime.num_actors ({self.num_actors}) and runtime.remote_actors "
                              f"({self.remote_actors}) must be >= 0, with at least one actor in all")
-        if self.mid_timeout_s <= 0:
-            raise ValueError(f"runtime.mid_timeout_s must be > 0, got {self.mid_timeout_s}")
+        if not (math.isfinite(self.mid_timeout_s) and self.mid_timeout_s > 0):
+            raise ValueError(f"runtime.mid_timeout_s must be a number > 0, got {self.mid_timeout_s}")
         if min(self.actor_restarts, self.learner_restarts, self.server_restarts, self.gui_restarts,
                self.restart_window_s, self.restart_backoff_s) < 0:
             raise ValueError("runtime.actor_restarts, learner_restarts, server_restarts, gui_restarts, "

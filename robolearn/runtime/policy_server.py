@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import subprocess
@@ -144,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="a two-stage request whose mid observation has not come this long after is answered from "
                          "its first observation alone")
     args = ap.parse_args(argv)
-    if args.mid_timeout_s <= 0:
-        ap.error(f"--mid-timeout-s must be > 0, got {args.mid_timeout_s}")
+    if not (math.isfinite(args.mid_timeout_s) and args.mid_timeout_s > 0):
+        ap.error(f"--mid-timeout-s must be a number > 0, got {args.mid_timeout_s}")
     torch.set_num_threads(args.threads)
     register_builtins()
     runner = build_runner(args.task, args.policy, args.weights, json.loads(args.policy_config), args.checkpoint,

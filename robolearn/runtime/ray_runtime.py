@@ -11,8 +11,8 @@
                                       the learner asks Ray for one GPU (num_gpus=1) when learner.device is auto or
                                       cuda and this node has one, none with learner.device=cpu or no GPU here
         actor for robot X             the node holding the custom resource robot:X (one actor per robot), chosen
-                                      by label selector (robolearn/robot=X, or the robot type on a node with
-                                      several robots); never anywhere else
+                                      by label selector (robolearn/robot=X when the node labels X, else the
+                                      robot type); never anywhere else
 A robot PC joins the cluster with
 
     ray start --address=WORKSTATION:6379 --labels="robolearn/robot=arm-1,robolearn/robot-type=so101" \
