@@ -42,8 +42,10 @@ commands:
 
 config groups (pick one with group=option, override any key with group.key=value):
   task     reach, push_cube, pick_cube, pick_cube_color, gym (task.env_id=...), real (a person: teleop=...)
-  teleop   none, keyboard, gamepad, so101_leader, scripted (the sim twin's stand-in)
-  robot    sim_so101, so101          policy   mlp, flow_chunk, lerobot algo   sac, habc, hiors
+  teleop   none, keyboard, gamepad, so101_leader, gui (the browser), scripted (the sim twin's stand-in)
+  robot    sim_so101, so101
+  policy   mlp, flow_chunk, lerobot, dsrl, vla
+  algo     sac, habc, hiors, dsrl
   learner  the update schedule (learner.utd_ratio, learner.batch_size, ...)
   actor    how robots are driven (actor.chunking.mode, actor.inference_delay_ticks, actor.human, ...)
   runtime  local (runtime.num_actors, ...), ray (runtime.address=HOST:PORT; robot PCs are labelled Ray nodes)

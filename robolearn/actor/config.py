@@ -49,7 +49,7 @@ class GuiConfig:
     enabled: str = "auto"         # true | false | auto (on for real robots, off in sim)
     host: str = "127.0.0.1"       # a non-loopback host is served only with a token in the URL (``token``)
     port: int = 8765              # 0: any free port
-    token: str = ""               # required in the URL (?token=...) when set; a non-loopback host makes one
+    token: str = ""               # required in the URL (?token=...); "": the GUI makes one (kept across its restarts)
     fps: float = 15.0             # frames per robot per second to the page
     camera: str = ""              # which camera a tile shows: one of the observation's, or a sim camera
                                   # (default: the first observation camera, else the sim's "front")

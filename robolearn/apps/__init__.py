@@ -1,1 +1,1 @@
-"""User-facing apps served by robolearn (the teleop/intervention web GUI, dashboards): not built yet."""
+"""User-facing apps served by robolearn (the teleop/intervention web GUI)."""

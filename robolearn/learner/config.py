@@ -1,5 +1,5 @@
 """``learner.*``: the learner loop's schedule, the same for every algorithm (each algorithm owns only its
-losses, ``algo.*``). Per-algorithm defaults live in ``configs/learner/<algo>.yaml``."""
+losses, ``algo.*``). An algorithm may set its own defaults for these: its config's ``LEARNER_DEFAULTS``."""
 
 from __future__ import annotations
 

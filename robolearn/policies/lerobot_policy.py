@@ -71,10 +71,10 @@ class LerobotPolicyConfig:
 
 
 def lerobot_config(policy_type: str, fields: dict[str, Any]) -> Any:
-    """lerobot's config of ``policy_type`` with ``fields``, identity normalisation (robolearn scales both sides), on
-    the CPU (robolearn's models run there), and ``n_action_steps`` = the whole chunk (another value is refused):
-    robolearn's executor decides how much of a chunk runs, lerobot's defaults would cut the chunk (Diffusion
-    returns 8 of its 16), and the BC learners' windows must be the chunk lerobot's loss takes."""
+    """lerobot's config of ``policy_type`` with ``fields``, identity normalisation (robolearn scales both sides),
+    built on the CPU (the learner moves it to learner.device), and ``n_action_steps`` = the whole chunk (another
+    value is refused): robolearn's executor decides how much of a chunk runs, lerobot's defaults would cut the chunk
+    (Diffusion returns 8 of its 16), and the BC learners' windows must be the chunk lerobot's loss takes."""
     from lerobot.configs.policies import PreTrainedConfig
     from lerobot.configs.types import FeatureType, NormalizationMode
 

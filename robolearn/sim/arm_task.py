@@ -60,7 +60,7 @@ class ArmTaskEnv(gym.Env):
                  extra_unit: str) -> None:
         if robot is not None and not isinstance(robot, SimSO101Config):
             raise ValueError(f"task={task.name} runs in simulation and needs robot=sim_so101, got robot={robot.name} "
-                             "(a real-robot version needs a reward source on hardware, not built yet)")
+                             "(on hardware: task=real robot=so101)")
         self.task = task
         self.robot = SimSO101(robot or SimSO101Config(), model=model)  # connected by whoever leases it
         self._tick = 0
