@@ -60,11 +60,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         runs = [one_seed(seed, args.minutes, Path(tmp), args.eval_episodes) for seed in args.seeds]
     minutes = [r["reached"]["minutes"] if r["reached"] else None for r in runs]
-    median = spread(minutes, 2)
+    reach = spread(minutes, 2)
     command = run_command(ap, args, "bench-reach", "learn_reach.py")
-    path = write_result("learn_reach", command, [goal("minutes_to_90pct_reach", median["median"], "<=", GOAL_MINUTES)],
+    path = write_result("learn_reach", command, [goal("minutes_to_90pct_reach", reach["median"], "<=", GOAL_MINUTES)],
                         seeds=args.seeds, minutes_per_seed=minutes,
-                        minutes_min_max=[median["min"], median["max"]] if median["min"] is not None else None,
+                        minutes_min_max=[reach["min"], reach["max"]] if reach["min"] is not None else None,
                         rolling_training_minutes_per_seed=[
                             round(r["rolling_training_90pct"]["minutes"], 3) if r["rolling_training_90pct"] else None
                             for r in runs],
@@ -80,7 +80,7 @@ def main() -> None:
         there = r["eval_at_rolling_crossing"]
         print(f"{r['seed']:>6} {f'{m:.2f}' if m is not None else 'not reached':>19} {roll:>15} "
               f"{f'{there:.0%}' if there is not None else '-':>11}")
-    print(f"minutes_to_90pct_reach = {median['median']} (goal <= {GOAL_MINUTES}) -> {path}")
+    print(f"minutes_to_90pct_reach = {reach['median']} (goal <= {GOAL_MINUTES}) -> {path}")
 
 
 if __name__ == "__main__":

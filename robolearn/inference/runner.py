@@ -47,6 +47,7 @@ class ChunkPolicyRunner:
         self.policy = policy.eval()
         self.explore = explore  # sample exploratory actions (an RL actor collecting data)
         self.obs_spec = obs_spec
+        self.mid_spec = obs_spec.select(MID_KEYS)  # what a mid observation carries
         self.action_dim = action_dim
         self.version = version
 
@@ -99,10 +100,10 @@ class ChunkPolicyRunner:
     def check_mid(self, observation: dict[str, np.ndarray]) -> None:
         """Raise ``SpecError`` naming the key when a mid observation's ``MID_KEYS`` do not fit the policy (the rest
         of an in-process observation is not read)."""
-        self.obs_spec.select(MID_KEYS).validate(mid_part(observation))
+        self.mid_spec.validate(mid_part(observation))
 
     def _stack_mids(self, mids: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-        return {k: np.stack([m[k] for m in mids]) for k in self.obs_spec.select(MID_KEYS).arrays}
+        return {k: np.stack([m[k] for m in mids]) for k in self.mid_spec.arrays}
 
     def run(self, requests: list[ChunkRequest]) -> list[ChunkResponse]:
         """Whole chunks now (one-stage requests, or two-stage ones whose mid observation is attached)."""

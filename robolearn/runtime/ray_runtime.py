@@ -54,10 +54,8 @@ from robolearn.transport.sockets import is_loopback
 
 ROBOT_LABEL = "robolearn/robot"        # node label: the robot's id (a node with one robot)
 TYPE_LABEL = "robolearn/robot-type"    # node label: its robot type (the run's robot config's type)
+ROBOT_RESOURCE = "robot:"              # custom resource prefix: robot:<id>, one per robot a node holds
 DRIVER_PROCESSES = ("learner", "policy-server", "gui")
-
-
-ROBOT_RESOURCE = "robot:"
 
 
 def robot_resource(robot_id: str) -> str:
