@@ -73,13 +73,18 @@ def test_a_frame_shows_success_when_the_step_before_it_reached_it():
     assert shows_success(nxt, ep).astype(int).tolist() == [0, 0, 1, 1, 0, 0, 1, 0, 0, 1]
 
 
-def test_the_threshold_is_the_one_where_precision_and_recall_are_both_highest():
+def test_the_threshold_is_the_most_precise_one_that_keeps_the_recall():
     from robolearn.rewards.training import choose_threshold
 
     p = np.array([0.1, 0.2, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99])
     truth = np.array([0, 0, 0, 1, 0, 1, 1, 1], bool)
-    # at 0.9: precision 3/3, recall 3/4 (min 0.75); at 0.7: 4/5 and 4/4 (min 0.8): the best
-    assert choose_threshold(p, truth) == pytest.approx(0.7)
+    # at 0.9: precision 3/3, recall 3/4; at 0.7: 4/5 and 4/4; at 0.6: 4/6 and 4/4
+    assert choose_threshold(p, truth, min_recall=0.75) == pytest.approx(0.9)
+    assert choose_threshold(p, truth, min_recall=1.0) == pytest.approx(0.7)  # the most precise at full recall
+    # precision 1 at 0.95 and 0.99 too, but with recall 1/2 and 1/4: below the floor
+    assert choose_threshold(p, truth, min_recall=0.5) == pytest.approx(0.95)
+    with pytest.raises(ValueError, match="no success frame"):
+        choose_threshold(p, np.zeros_like(truth), min_recall=0.9)
 
 
 def test_training_reports_held_out_precision_and_recall_and_saves_no_pickle(classifier, monkeypatch):

@@ -9,9 +9,11 @@ episodes that end close to success without it, the frames a classifier most easi
 
 Batches are half success frames, half others (drawn with replacement), as success frames are few; so the model's
 P(success) is not calibrated to real frames, and the threshold is chosen (``threshold=0``, the default) on
-validation episodes split off the training ones (``validation``): the one where precision and recall are both
-highest (the largest min of the two; the higher threshold on a tie). The held-out episodes of the report are never
-seen by either.
+validation episodes split off the training ones (``validation``): the one with the highest precision among those
+that keep the validation recall at ``min_recall`` or more (the higher threshold on a tie). Precision first, because
+the classifier is a reward: a policy learns to find every state it wrongly calls a success and stops there, while a
+missed success only makes the reward a little sparser (docs/algorithms.md, "A learned reward"). The held-out
+episodes of the report are never seen by either.
 Split: whole episodes are held out (``holdout`` of the successful ones and of the failed ones, at least one
 of each), so no held-out frame has a near-duplicate neighbour in training. Loss: binary cross-entropy, Adam,
 images shifted by up to ``shift`` pixels (random shift, default 4) in training. State (``state``): the elements of
@@ -55,6 +57,7 @@ class TrainConfig:
     hidden: int = 128
     threshold: float = 0.0             # P(success) that counts as one; 0: chosen on validation episodes
     validation: float = 0.2            # share of the training episodes, per outcome, that choose the threshold
+    min_recall: float = 0.97           # the chosen threshold keeps at least this validation recall
     threads: int = 2
     shift: int = 4                     # random-shift augmentation, pixels (0: none)
     encoder: str = "flat"              # flat | keypoints (rewards/classifier.py)
@@ -69,6 +72,8 @@ class TrainConfig:
                              f"(0, 1), got {self.threshold}, {self.validation}")
         if self.shift < 0:
             raise ValueError(f"shift must be >= 0 pixels, got {self.shift}")
+        if not 0.0 < self.min_recall <= 1.0:
+            raise ValueError(f"min_recall must be in (0, 1], got {self.min_recall}")
 
 
 @dataclass
@@ -198,14 +203,18 @@ def evaluate(model: SuccessClassifier, frames: LabelledFrames, idx: np.ndarray) 
     return {"frames": scores(predicted, truth), "episodes": scores(ep_pred, ep_true)}
 
 
-def choose_threshold(p: np.ndarray, truth: np.ndarray) -> float:
-    """The threshold with the largest min(precision, recall) on these frames (the higher one on a tie)."""
-    best, best_score = 0.5, -1.0
+def choose_threshold(p: np.ndarray, truth: np.ndarray, min_recall: float) -> float:
+    """The threshold with the highest precision on these frames among those whose recall is at least
+    ``min_recall`` (the higher one on a tie). Recall only falls as the threshold rises, so the lowest success's P
+    (recall 1) always qualifies."""
+    if not truth.any():
+        raise ValueError("no success frame in the validation episodes to choose a threshold on: record more "
+                         "successful episodes, or give a threshold")
+    best, best_precision = float(np.clip(p[truth].min(), 1e-6, 1 - 1e-6)), -1.0
     for threshold in np.unique(np.clip(p, 1e-6, 1 - 1e-6)):
         s = scores(p >= threshold, truth)
-        score = min(s["precision"], s["recall"])
-        if score >= best_score:
-            best, best_score = float(threshold), score
+        if s["recall"] >= min_recall and s["precision"] >= best_precision:
+            best, best_precision = float(threshold), s["precision"]
     return best
 
 
@@ -272,7 +281,7 @@ def train_classifier(frames: LabelledFrames, config: TrainConfig,
         progress(f"epoch {epoch + 1}/{config.epochs}: loss {np.mean(losses):.4f} ({time.monotonic() - t0:.0f} s)")
     if not config.threshold:
         model.spec = replace(model.spec, threshold=choose_threshold(probabilities(model, frames, validation),
-                                                                    frames.label[validation]))
+                                                                    frames.label[validation], config.min_recall))
     held_out = evaluate(model, frames, test)
     report = {"train_frames": int(len(train)), "test_frames": int(len(test)),
               "train_episodes": int(len(np.unique(frames.episode[train]))),

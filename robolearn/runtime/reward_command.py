@@ -37,6 +37,9 @@ def main(argv: list[str]) -> int:
                        help="share of successful and of failed episodes held out for the report")
     train.add_argument("--threshold", type=float, default=TrainConfig.threshold,
                        help="P(success) that counts as one (default 0: chosen on validation episodes)")
+    train.add_argument("--min-recall", type=float, default=TrainConfig.min_recall,
+                       help="a threshold chosen on validation episodes is the most precise one keeping at least "
+                            "this recall there")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--encoder", choices=("flat", "keypoints"), default=TrainConfig.encoder,
                        help="the image encoder: flattened CNN features, or keypoints (spatial softmax)")
@@ -66,7 +69,8 @@ def main(argv: list[str]) -> int:
             raise ValueError("give --use-state (all of observation.state) or --state PATTERNS, not both")
         state = ("*",) if args.use_state else tuple(p for p in args.state.split(",") if p)
         config = TrainConfig(cameras=tuple(c for c in args.cameras.split(",") if c), state=state,
-                             epochs=args.epochs, holdout=args.holdout, threshold=args.threshold, seed=args.seed,
+                             epochs=args.epochs, holdout=args.holdout, threshold=args.threshold, min_recall=args.min_recall,
+                             seed=args.seed,
                              encoder=args.encoder, shift=args.shift)
         report = train_and_save(args.dataset, args.out, config)
     except (ValueError, FileExistsError, FileNotFoundError) as exc:
