@@ -26,13 +26,14 @@ with it against the same run rewarded by the sim's own (hidden) success.
                   (``teleop.labels=false``): the classifier alone ends episodes and rewards them, in its demos too (the
                   expert drives, the classifier judges), after saying yes ``CONFIRM_TICKS`` (3) ticks in a row
                   (``task.classifier_confirm_ticks``): with 1, an episode ended at the edge of the classifier's
-                  success region, 2-4 cm from the target, and no demo showed the last centimetres; its policy acts on the state alone too
-                  (``policy.use_cameras=false``), so only the reward differs. Reported per run: the share of
-                  the episodes the classifier ended that the hidden sim success confirms (its precision where it
-                  counts, on the policy's own episodes)
-   Each run's checkpoint is then evaluated by ``robolearn eval`` on 100 fresh seeds (``EVAL_SEED``), deterministically, judged by
-   the sim's own success (never by the classifier). Goal ``classifier_reward_success_ratio``: median success of
-   the classifier runs over the median of the sim-reward runs.
+                  success region, 2-4 cm from the target, and no demo showed the last centimetres; its policy
+                  acts on the state alone too (``policy.use_cameras=false``), so only the reward differs.
+                  Reported per run: the share of the episodes the classifier ended that the hidden sim success
+                  confirms (its precision where it counts, on the policy's own episodes)
+   Each run's checkpoint is then evaluated by ``robolearn eval`` on 100 fresh seeds (``EVAL_SEED``),
+   deterministically, judged by the sim's own success (never by the classifier). Goal
+   ``classifier_reward_success_ratio``: median success of the classifier runs over the median of the sim-reward
+   runs.
 
 Time: about 20 minutes for steps 1-2, then about 15 minutes a run (12,000 env steps at 4 updates each, with the
 twin's paced resets): close to 2 hours in all. The results file is rewritten after the classifier and after each

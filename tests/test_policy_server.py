@@ -280,3 +280,13 @@ def test_a_newer_request_ends_the_wait_of_an_older_two_stage_one_and_no_weights_
         ctx.term()
     assert [r.request_id for r in got] == [1]  # request 0 was given up: no late answer for it
     assert not server._awaiting and runner.version == 5  # nothing waits, so the new weights are in
+
+
+@pytest.mark.parametrize("seconds", [0.0, -1.0, float("nan"), float("inf")])
+def test_the_server_and_the_in_process_client_refuse_a_mid_timeout_that_is_not_a_number_above_zero(env, seconds):
+    from robolearn.inference.client import ThreadedClient
+
+    with pytest.raises(ValueError, match="mid_timeout_s must be a number > 0"):
+        PolicyServer(make_runner(env), mid_timeout_s=seconds)
+    with pytest.raises(ValueError, match="mid_timeout_s must be a number > 0"):
+        ThreadedClient(make_runner(env), mid_timeout_s=seconds)

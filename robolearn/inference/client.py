@@ -38,6 +38,7 @@ from robolearn.inference.protocol import (
     ChunkRequest,
     ChunkResponse,
     MidObservation,
+    check_mid_timeout,
     mid_to_wire,
     request_to_wire,
     response_from_wire,
@@ -107,7 +108,7 @@ class ThreadedClient:
 
     def __init__(self, runner: ChunkPolicyRunner, threads: int = 1, mid_timeout_s: float = 1.0) -> None:
         self.runner = runner
-        self.mid_timeout_s = mid_timeout_s
+        self.mid_timeout_s = check_mid_timeout(mid_timeout_s)
         self._requests: queue.Queue[ChunkRequest | None] = queue.Queue()
         self._done: queue.Queue[ChunkResponse] = queue.Queue()
         self._mids: dict[int, tuple[int, dict[str, np.ndarray]]] = {}

@@ -35,6 +35,13 @@ def mid_part(observation: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: observation[k] for k in MID_KEYS if k in observation}
 
 
+def check_mid_timeout(seconds: float, name: str = "mid_timeout_s") -> float:
+    """``seconds``, the longest a two-stage request waits for its mid observation, if it is a number > 0."""
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"{name} must be a number > 0, got {seconds}")
+    return seconds
+
+
 @dataclass
 class ChunkRequest:
     request_id: int

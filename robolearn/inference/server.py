@@ -45,6 +45,7 @@ from robolearn.inference.protocol import (
     ChunkRequest,
     ChunkResponse,
     MidObservation,
+    check_mid_timeout,
     mid_from_wire,
     request_from_wire,
     response_to_wire,
@@ -74,7 +75,7 @@ class PolicyServer:
                  seed: int = 0, keys: CurveKeys | None = None, concurrent_latency: bool = False,
                  mid_timeout_s: float = 1.0) -> None:
         self.runner = runner
-        self.mid_timeout_s = mid_timeout_s
+        self.mid_timeout_s = check_mid_timeout(mid_timeout_s)
         self._awaiting: dict[tuple[str, int], AwaitingMid] = {}  # (robot id, request id) -> its trunk's result
         # emulate a heavier model: each batch's answers take a uniform draw in this range (ms) in all. Serially
         # (the server waits it out before the next batch: one model, one batch at a time), or with

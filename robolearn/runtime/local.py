@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -23,6 +22,7 @@ from rich.text import Text
 from robolearn.builders import robot_type
 from robolearn.config import RunConfig, to_yaml
 from robolearn.hardware.resources import LeaseManager, Resource, resources_for
+from robolearn.inference.protocol import check_mid_timeout
 from robolearn.logging.status import read_json, write_json_atomic
 from robolearn.rundir import RunDir
 from robolearn.runtime.run_info import RunInfo, RunInfoServer
@@ -72,8 +72,7 @@ class LocalRuntimeConfig:
         if self.num_actors < 0 or self.remote_actors < 0 or self.total_actors < 1:
             raise ValueError(f"runtime.num_actors ({self.num_actors}) and runtime.remote_actors "
                              f"({self.remote_actors}) must be >= 0, with at least one actor in all")
-        if not (math.isfinite(self.mid_timeout_s) and self.mid_timeout_s > 0):
-            raise ValueError(f"runtime.mid_timeout_s must be a number > 0, got {self.mid_timeout_s}")
+        check_mid_timeout(self.mid_timeout_s, "runtime.mid_timeout_s")
         if min(self.actor_restarts, self.learner_restarts, self.server_restarts, self.gui_restarts,
                self.restart_window_s, self.restart_backoff_s) < 0:
             raise ValueError("runtime.actor_restarts, learner_restarts, server_restarts, gui_restarts, "

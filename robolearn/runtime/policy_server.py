@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import signal
 import subprocess
@@ -27,6 +26,7 @@ import torch
 
 from robolearn.builders import build_policy, task_specs
 from robolearn.checkpoint import load_checkpoint
+from robolearn.inference.protocol import check_mid_timeout
 from robolearn.inference.runner import ChunkPolicyRunner
 from robolearn.inference.server import PolicyServer, build_runner
 from robolearn.logging.status import read_json, write_json_atomic
@@ -145,8 +145,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="a two-stage request whose mid observation has not come this long after is answered from "
                          "its first observation alone")
     args = ap.parse_args(argv)
-    if not (math.isfinite(args.mid_timeout_s) and args.mid_timeout_s > 0):
-        ap.error(f"--mid-timeout-s must be a number > 0, got {args.mid_timeout_s}")
+    try:
+        check_mid_timeout(args.mid_timeout_s, "--mid-timeout-s")
+    except ValueError as exc:
+        ap.error(str(exc))
     torch.set_num_threads(args.threads)
     register_builtins()
     runner = build_runner(args.task, args.policy, args.weights, json.loads(args.policy_config), args.checkpoint,

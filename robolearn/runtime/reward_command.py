@@ -69,9 +69,8 @@ def main(argv: list[str]) -> int:
             raise ValueError("give --use-state (all of observation.state) or --state PATTERNS, not both")
         state = ("*",) if args.use_state else tuple(p for p in args.state.split(",") if p)
         config = TrainConfig(cameras=tuple(c for c in args.cameras.split(",") if c), state=state,
-                             epochs=args.epochs, holdout=args.holdout, threshold=args.threshold, min_recall=args.min_recall,
-                             seed=args.seed,
-                             encoder=args.encoder, shift=args.shift)
+                             epochs=args.epochs, holdout=args.holdout, threshold=args.threshold,
+                             min_recall=args.min_recall, seed=args.seed, encoder=args.encoder, shift=args.shift)
         report = train_and_save(args.dataset, args.out, config)
     except (ValueError, FileExistsError, FileNotFoundError) as exc:
         ap.error(str(exc))
