@@ -99,7 +99,7 @@ def test_an_error_in_an_update_ends_the_learner_instead_of_vanishing(tmp_path):
         raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")  # what a broken torch update raises
 
     learner.algo.update = broken_update
-    timer = threading.Timer(20.0, stop.set)  # without the error surfacing, the loop would spin until then
+    timer = threading.Timer(120.0, stop.set)  # without the error surfacing, the loop would spin until then
     timer.start()
     try:
         with pytest.raises(RuntimeError, match="mat1 and mat2"):

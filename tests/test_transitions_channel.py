@@ -109,27 +109,32 @@ def test_a_resent_batch_is_stored_once_even_after_the_learner_restarts(tmp_path,
     lr = learner()
     receiver = TransitionReceiver(ctx, "127.0.0.1", RejectCounter())
     spool = Spool(tmp_path / "spool", 10**8)
-    sender = TransitionSender(ctx, receiver.endpoint, "actor-0", spool, resend_after_s=0.2)
+    # the re-sends below are the test's own: the sender's timed one (an unanswered batch) must not add one on a
+    # loaded machine, so it waits far longer than the test runs
+    sender = TransitionSender(ctx, receiver.endpoint, "actor-0", spool, resend_after_s=60.0)
 
-    def exchange(rounds=50):
-        for _ in range(rounds):
+    def exchange_until(done, timeout_s=10.0):
+        """Both sides take what came until ``done()`` holds (then a little more, for anything extra that comes)."""
+        deadline = time.monotonic() + timeout_s
+        while not done() and time.monotonic() < deadline:
+            lr._ingest(receiver, 100)
+            sender.poll(timeout_ms=10)
+        for _ in range(20):
             lr._ingest(receiver, 100)
             sender.poll(timeout_ms=10)
 
     try:
         sender.send("sim_so101-0", batches[0])
         frames = spool.read(0)
-        deadline = time.monotonic() + 10
-        while spool.pending() and time.monotonic() < deadline:
-            exchange(1)
+        exchange_until(lambda: not spool.pending())
         assert spool.pending() == [] and lr.duplicates == 0
         sender.sock.send_multipart(frames)  # the same batch again, as from an actor whose ack was lost
-        exchange()
+        exchange_until(lambda: sender.duplicates == 1)
         assert lr.duplicates == 1 and sender.duplicates == 1
         lr.buffer.close()
         lr = learner()  # the learner restarts on the same buffer
         sender.sock.send_multipart(frames)  # and the batch comes once more
-        exchange()
+        exchange_until(lambda: sender.duplicates == 2)
         assert lr.duplicates == 1  # the new learner's own count: the re-send was known from the disk
         stored = read_buffer(tmp_path / "run")
         assert sum(len(b["action"]) for b in stored) == len(batches[0]["action"])

@@ -177,7 +177,8 @@ class Actor:
                 return clock, RemoteClient(server["endpoint"], self.robot_id, getattr(self.policy, "horizon", 1),
                                            self.env.action_spec.dim, ctx, self.keys, wait_s=wait_s)
             if settings.async_inference:  # a worker thread; the loop never waits for the policy
-                return clock, ThreadedClient(runner, threads=settings.threads)
+                return clock, ThreadedClient(runner, threads=settings.threads,
+                                             mid_timeout_s=self.cfg.runtime.mid_timeout_s)
             # inside the tick: fine while a forward pass is a small part of the control period
             return clock, SimulatedLatencyClient(runner, SimClock())
         clock = SimClock(DelaySampler("fixed", ticks=settings.inference_delay_ticks))

@@ -49,9 +49,9 @@ class LocalRuntimeConfig:
                                   # robots' control loops (and the page's) come first, the updates wait
     policy_server: bool = False   # true: this machine's actors ask one policy server process for their chunks
                                   # (needs actor.realtime=true) instead of each running the policy itself
-    mid_timeout_s: float = 1.0    # the run's policy server only (runtime.policy_server): a two-stage request whose
-                                  # mid observation has not come this long after is answered from its first
-                                  # observation alone (an actor running its policy in-process waits 1 s)
+    mid_timeout_s: float = 1.0    # a two-stage request whose mid observation has not come this long after is
+                                  # answered from its first observation alone (the run's policy server, or an
+                                  # actor's own inference thread)
     lease_ttl_s: float = 5.0      # an actor's robot lease expires this long after its last heartbeat
     status_every_s: float = 0.5   # each process rewrites its status file this often
     startup_timeout_s: float = 120.0
