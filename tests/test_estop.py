@@ -50,3 +50,21 @@ def test_a_latched_estop_holds_the_robot_through_a_restart_until_a_person_rearms
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, out[-3000:]
+
+
+def test_the_estop_command_starts_without_torch_or_hydra(tmp_path):
+    """A person presses the e-stop when something is going wrong: ``robolearn estop`` must not first spend
+    seconds importing torch and hydra (a minute on a loaded machine; it did, through robolearn.cli)."""
+    import subprocess
+    import sys
+
+    run = tmp_path / "runs" / "x"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("run_name: x\n")
+    probe = ("import sys; sys.argv = ['robolearn', 'estop', sys.argv[1]]\n"
+             "from robolearn.__main__ import main\n"
+             "try:\n    main()\nexcept SystemExit as exc:\n    code = exc.code\n"
+             "print(code, sorted(m for m in ('torch', 'hydra', 'mujoco') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe, str(run)], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip().splitlines()[-1] == "0 []", (done.stdout, done.stderr)
+    assert (run / "estop").is_dir() and list((run / "estop").glob("*.json")), "the e-stop was not latched"
