@@ -95,7 +95,8 @@ def write(ap: argparse.ArgumentParser, args: argparse.Namespace, report: dict, r
                               f"{LABELLED_SEED} (50000-50199 were the "
                               "development set the encoder and the state inputs were chosen on)",
                   "classifier_inputs": f"wrist and front images (keypoints) + state {CLASSIFIER_STATE}",
-                  "classifier_threshold_rule": "the most precise on validation episodes keeping recall >= 0.97",
+                  "classifier_threshold_rule": "the most precise on validation episodes keeping recall >= "
+                                               f"{report['config']['min_recall']}",
                   "classifier_confirm_ticks": CONFIRM_TICKS,
                   "rl": "not run (--classifier-only)" if args.classifier_only else (
                       "SAC/RLPD, utd 4, 20 twin demos (seeds from 60000), task=real on the twin, scene state in the "

@@ -9,10 +9,9 @@ import sys
 from robolearn.runtime.estop_command import main as estop_main  # numpy and the run directory only
 
 
-def main() -> None:
-    argv = sys.argv[1:]
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("estop", "rearm"):
-        sys.argv = [f"robolearn {argv[0]}", *argv[1:]]
         raise SystemExit(estop_main(argv[1:], rearm=argv[0] == "rearm"))
     from robolearn.cli import main as cli_main
 

@@ -147,6 +147,7 @@ class RuntimeConfig(ChoiceConfig, Protocol):
     num_actors: int
     keys_dir: str | None
     policy_server: bool
+    mid_timeout_s: float
     lease_ttl_s: float
     status_every_s: float
     startup_timeout_s: float

@@ -81,10 +81,13 @@ def test_the_threshold_is_the_most_precise_one_that_keeps_the_recall():
     # at 0.9: precision 3/3, recall 3/4; at 0.7: 4/5 and 4/4; at 0.6: 4/6 and 4/4
     assert choose_threshold(p, truth, min_recall=0.75) == pytest.approx(0.9)
     assert choose_threshold(p, truth, min_recall=1.0) == pytest.approx(0.7)  # the most precise at full recall
-    # precision 1 at 0.95 and 0.99 too, but with recall 1/2 and 1/4: below the floor
+    # precision 1 at 0.9 and 0.95, both with recall >= 1/2: the higher wins; 0.99 (recall 1/4) is below the floor
     assert choose_threshold(p, truth, min_recall=0.5) == pytest.approx(0.95)
     with pytest.raises(ValueError, match="no success frame"):
         choose_threshold(p, np.zeros_like(truth), min_recall=0.9)
+    lost = np.array([0.0, 0.2, 0.9, 0.95])  # a success frame the classifier gives P = 0: no threshold keeps recall 1
+    with pytest.raises(ValueError, match="no threshold keeps the validation recall"):
+        choose_threshold(lost, np.array([1, 0, 1, 1], bool), min_recall=1.0)
 
 
 def test_training_reports_held_out_precision_and_recall_and_saves_no_pickle(classifier, monkeypatch):

@@ -205,16 +205,20 @@ def evaluate(model: SuccessClassifier, frames: LabelledFrames, idx: np.ndarray) 
 
 def choose_threshold(p: np.ndarray, truth: np.ndarray, min_recall: float) -> float:
     """The threshold with the highest precision on these frames among those whose recall is at least
-    ``min_recall`` (the higher one on a tie). Recall only falls as the threshold rises, so the lowest success's P
-    (recall 1) always qualifies."""
+    ``min_recall`` (the higher one on a tie). Raises when none keeps it (success frames with P below 1e-6, the
+    lowest threshold tried)."""
     if not truth.any():
         raise ValueError("no success frame in the validation episodes to choose a threshold on: record more "
                          "successful episodes, or give a threshold")
-    best, best_precision = float(np.clip(p[truth].min(), 1e-6, 1 - 1e-6)), -1.0
+    best, best_precision = None, -1.0
     for threshold in np.unique(np.clip(p, 1e-6, 1 - 1e-6)):
         s = scores(p >= threshold, truth)
         if s["recall"] >= min_recall and s["precision"] >= best_precision:
             best, best_precision = float(threshold), s["precision"]
+    if best is None:
+        reached = scores(p >= 1e-6, truth)["recall"]
+        raise ValueError(f"no threshold keeps the validation recall at min_recall={min_recall} (at most {reached:.3f}: "
+                         "the classifier gives some success frames P < 1e-6); train longer, or lower --min-recall")
     return best
 
 
