@@ -113,15 +113,17 @@ def test_a_resent_batch_is_stored_once_even_after_the_learner_restarts(tmp_path,
     # loaded machine, so it waits far longer than the test runs
     sender = TransitionSender(ctx, receiver.endpoint, "actor-0", spool, resend_after_s=60.0)
 
+    def exchange():
+        lr._ingest(receiver, 100)
+        sender.poll(timeout_ms=10)
+
     def exchange_until(done, timeout_s=10.0):
         """Both sides take what came until ``done()`` holds (then a little more, for anything extra that comes)."""
         deadline = time.monotonic() + timeout_s
         while not done() and time.monotonic() < deadline:
-            lr._ingest(receiver, 100)
-            sender.poll(timeout_ms=10)
+            exchange()
         for _ in range(20):
-            lr._ingest(receiver, 100)
-            sender.poll(timeout_ms=10)
+            exchange()
 
     try:
         sender.send("sim_so101-0", batches[0])

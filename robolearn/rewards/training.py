@@ -203,22 +203,26 @@ def evaluate(model: SuccessClassifier, frames: LabelledFrames, idx: np.ndarray) 
     return {"frames": scores(predicted, truth), "episodes": scores(ep_pred, ep_true)}
 
 
+LOWEST_THRESHOLD = 1e-6  # thresholds are tried in [this, 1 - this]: 0 would call every frame a success
+
+
 def choose_threshold(p: np.ndarray, truth: np.ndarray, min_recall: float) -> float:
     """The threshold with the highest precision on these frames among those whose recall is at least
-    ``min_recall`` (the higher one on a tie). Raises when none keeps it (success frames with P below 1e-6, the
-    lowest threshold tried)."""
+    ``min_recall`` (the higher one on a tie). Raises when none keeps it (success frames with P below
+    ``LOWEST_THRESHOLD``, the lowest one tried)."""
     if not truth.any():
         raise ValueError("no success frame in the validation episodes to choose a threshold on: record more "
                          "successful episodes, or give a threshold")
     best, best_precision = None, -1.0
-    for threshold in np.unique(np.clip(p, 1e-6, 1 - 1e-6)):
+    for threshold in np.unique(np.clip(p, LOWEST_THRESHOLD, 1 - LOWEST_THRESHOLD)):
         s = scores(p >= threshold, truth)
         if s["recall"] >= min_recall and s["precision"] >= best_precision:
             best, best_precision = float(threshold), s["precision"]
     if best is None:
-        reached = scores(p >= 1e-6, truth)["recall"]
-        raise ValueError(f"no threshold keeps the validation recall at min_recall={min_recall} (at most {reached:.3f}: "
-                         "the classifier gives some success frames P < 1e-6); train longer, or lower --min-recall")
+        reached = scores(p >= LOWEST_THRESHOLD, truth)["recall"]
+        raise ValueError(f"no threshold keeps the validation recall at min_recall={min_recall} (at most "
+                         f"{reached:.3f}: the classifier gives some success frames P < {LOWEST_THRESHOLD:g}); "
+                         "train longer, or lower --min-recall")
     return best
 
 
