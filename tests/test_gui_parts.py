@@ -1,19 +1,25 @@
 """The GUI's parts without a browser: the page's commands are validated, the browser as a teleop device lets go by
 itself 150 ms after the last hold, a world point projects onto its own pixels in a rendered sim frame, and the
-frame and command channel carries what it is given and nothing malformed."""
+frame and command channel carries what it is given and nothing malformed, and a robot's feed takes a frame only when
+it can draw it at once."""
 
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import zmq
 
+from robolearn.actor.config import GuiConfig
+from robolearn.actor.gui_feed import GuiFeed
 from robolearn.hardware.browser_teleop import BrowserDriver, GuiTeleopConfig
 from robolearn.hardware.teleop import TeleopEvent
+from robolearn.rundir import RunDir
 from robolearn.sim.reach import ReachConfig, ReachEnv
 from robolearn.sim.view import PinholeCamera, SceneView, Snapshot
+from robolearn.specs import ArraySpec, ObservationSpec
 from robolearn.transport.gui_channel import (
     HOLD_TIMEOUT_S,
     Command,
@@ -131,3 +137,47 @@ def test_frames_and_commands_cross_the_channel(tmp_path):
         sub.close()
         gui.close()
         ctx.term()
+
+
+def test_a_frame_never_waits_behind_another_or_behind_the_uncertainty(tmp_path):
+    """The feed takes a frame only when its thread is free, and measures the policy's uncertainty after a frame is sent:
+    each frame goes out one draw after it was taken. Drawing (here the JPEG) and measuring each take 80 ms and the
+    robot asks for a frame every 20 ms tick: taken while the last one was still drawn, or drawn after a measurement,
+    a frame would go out 160 ms or more after it was taken."""
+    draw_s = 0.08
+    state = ArraySpec((2,), low=(-1.0, -1.0), high=(1.0, 1.0), names=("a.pos", "b.pos"))
+    spec = ObservationSpec({"state": state, "front": ArraySpec((8, 8, 3), dtype="uint8")})
+    robot = SimpleNamespace(observation_spec=ObservationSpec({"state": state}))  # no sim scene: the camera's image
+    env = SimpleNamespace(observation_spec=spec, robot=robot)
+    measured = []
+
+    def uncertainty(obs: dict) -> float:
+        time.sleep(draw_s)
+        measured.append(time.time())
+        return 0.5
+
+    ctx = zmq.Context()
+    feed = GuiFeed(GuiConfig(fps=60), RunDir(tmp_path), "robot-1", env, ctx, None, lambda: "policy", lambda: "",
+                   lambda tick: (np.zeros((0, 2)), 0), lambda command: None, uncertainty)
+    sent: list[tuple[float, float]] = []  # (taken, sent)
+
+    def slow_jpeg(image: np.ndarray) -> bytes:
+        time.sleep(draw_s)
+        return b"jpeg"
+
+    feed._jpeg = slow_jpeg
+    feed._push.send = lambda info, jpeg: sent.append((info.t_capture, time.time()))
+    try:
+        feed.on_episode_start(0, 0, {"state": np.zeros(2, np.float32), "front": np.zeros((8, 8, 3), np.uint8)})
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            feed.on_chunk(0, np.zeros((1, 2)))  # a new chunk every tick: its uncertainty is always due
+            feed.pump()
+            time.sleep(0.02)
+    finally:
+        feed.close()
+        ctx.term()
+    assert feed.failure is None
+    assert len(sent) >= 5 and measured, (len(sent), len(measured))  # frames went out, and so did measurements
+    delays = [out - taken for taken, out in sent]
+    assert max(delays) < 2 * draw_s - 0.02, [round(d, 3) for d in delays]

@@ -2,11 +2,14 @@
 
 An ``EpisodeLoop`` subscriber that the actor also ``pump``s on every beat where the robot does not step (a
 reset, the wait for "ready", a latched e-stop), so the page shows those too. On the control thread it only
-copies: every ``1 / gui.fps`` s it takes the frame's image (an observation camera: the real robot's, or the
-twin's) or a snapshot of the sim scene's positions, the tip path already executed, and the path the queued
-actions will take (``foresight``), and hands them to its own thread, which renders a snapshot
-(``sim.view.SceneView``), projects the paths into the image, encodes the JPEG and sends it without blocking
-(``transport.gui_channel``): a slow page never slows the robot, it gets fewer frames.
+copies: every ``1 / gui.fps`` s, once its thread has sent the last frame, it takes the frame's image (an
+observation camera: the real robot's, or the twin's) or a snapshot of the sim scene's positions, the tip path
+already executed, and the path the queued actions will take (``foresight``), and hands them to its own thread,
+which renders a snapshot (``sim.view.SceneView``), projects the paths into the image, encodes the JPEG and sends it
+without blocking (``transport.gui_channel``): a slow page never slows the robot, it gets fewer frames. A frame is
+taken only when the thread can start on it at once (one taken while it still draws the last would wait there and
+show the person an older robot), and the policy's uncertainty at the newest chunk is measured after a frame is
+sent, never ahead of it.
 
 Foresight: the queued actions from now on (what the robot will execute unless a new chunk replaces them) are
 delta joint commands; added up from the current command they give the joints of each coming tick, and the
@@ -92,6 +95,7 @@ class GuiFeed:
         self._next_check = 0.0
         self.command_delays: deque[float] = deque(maxlen=500)  # the page's stamp -> taken here (s)
         self._queue: queue.Queue[_Capture | None] = queue.Queue(maxsize=1)
+        self._busy = threading.Event()  # set from a capture until its frame is sent and its chunk measured
         self._thread = threading.Thread(target=self._work, name=f"gui-feed-{robot_id}", daemon=True)
         self._thread.start()
         self.failure: BaseException | None = None  # the feed thread's error: the page goes dark, the robot acts on
@@ -154,17 +158,13 @@ class GuiFeed:
         """A frame when one is due, and the acts that arrived."""
         self.take_commands()
         now = time.monotonic()
-        if now < self._next_frame:
-            return
+        if now < self._next_frame or self._busy.is_set():
+            return  # not due, or the thread is busy with the last one: a frame taken now would wait, stale
         self._next_frame = max(self._next_frame + self.period, now)
         if self.kinematics:
             self._executed.append(self.env.tip_position(self.env.commanded()))
-        capture = self._capture()
-        try:  # the newest capture replaces one the thread has not taken yet
-            self._queue.get_nowait()
-        except queue.Empty:
-            pass
-        self._queue.put_nowait(capture)
+        self._busy.set()
+        self._queue.put_nowait(self._capture())
 
     def _capture(self) -> _Capture:
         future = np.zeros((0, 3))
@@ -192,28 +192,11 @@ class GuiFeed:
     def _work(self) -> None:
         view: SceneView | None = None
         try:
-            while True:
-                capture = self._queue.get()
-                if capture is None:
-                    break
-                self._push.check()
-                if capture.chunk_obs is not None:
-                    self.uncertainty = self.measure_uncertainty(capture.chunk_obs)
-                    if not self.asks_for_help:
-                        self.dismissed = False  # a later request is a new one
-                image, camera = capture.image, self.real_projection
-                if capture.snapshot is not None:
-                    if view is None:
-                        view = SceneView(self.model, self.sim_camera, self.gui.size)
-                    if image is None:
-                        image, camera = view.render(capture.snapshot)
-                    else:
-                        h, w = image.shape[:2]
-                        camera = view.camera_at(capture.snapshot, w, h)
-                if image is None:
-                    continue
-                info = FrameInfo(**{**capture.info, **self._project(camera, capture)})
-                self._push.send(info, self._jpeg(image))
+            while (capture := self._queue.get()) is not None:
+                view = self._draw(capture, view)
+                if capture.chunk_obs is not None:  # after the frame, not ahead of it: it shows on the next one
+                    self._measure(capture.chunk_obs)
+                self._busy.clear()
         except Exception as exc:  # noqa: BLE001 - printed and in the status: the robot goes on, its tile goes dark
             self.failure = exc
             traceback.print_exc()
@@ -223,6 +206,29 @@ class GuiFeed:
             if view is not None:
                 view.close()
             self._push.close()
+
+    def _draw(self, capture: _Capture, view: SceneView | None) -> SceneView | None:
+        """Render (or take the camera's image), project the paths, encode and send one frame; the scene view,
+        made on first use."""
+        self._push.check()
+        image, camera = capture.image, self.real_projection
+        if capture.snapshot is not None:
+            if view is None:
+                view = SceneView(self.model, self.sim_camera, self.gui.size)
+            if image is None:
+                image, camera = view.render(capture.snapshot)
+            else:
+                h, w = image.shape[:2]
+                camera = view.camera_at(capture.snapshot, w, h)
+        if image is not None:
+            info = FrameInfo(**{**capture.info, **self._project(camera, capture)})
+            self._push.send(info, self._jpeg(image))
+        return view
+
+    def _measure(self, obs: dict[str, np.ndarray]) -> None:
+        self.uncertainty = self.measure_uncertainty(obs)
+        if not self.asks_for_help:
+            self.dismissed = False  # a later request is a new one
 
     @staticmethod
     def _project(camera: PinholeCamera | None, capture: _Capture) -> dict:
