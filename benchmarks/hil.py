@@ -13,7 +13,8 @@ Per seed s:
    from the buffer: ``algo.sample_batch`` / ``algo.update``, the learner's own calls). Arms: HABC, Hi-ORS, and
    the control, plain behaviour cloning on the human's data only (demos and intervention windows, weight 1:
    HG-DAgger), so the gain of the weighting shows apart from the gain of more expert data.
-3. Start and end success on the same 100 evaluation episodes (no human), seeds from 0.
+3. Start and end success on the same 100 evaluation episodes (no human), seeds from 600000: never used while
+   developing (the oracle human's runs evaluated on 0..99).
 
 The human (``sim.intervention.ScriptedHuman``) is the same for every arm and seed, and is no oracle: it takes
 over only when the robot is clearly failing (``--drift-threshold``, or no success after ``--stuck-after`` of
@@ -60,7 +61,7 @@ from robolearn.transition import ActionSource, TransitionWriter  # noqa: E402
 
 H, EXECUTE = 10, 5
 BATCH_SIZE = LearnerConfig().batch_size  # learner.batch_size with algo=habc / hiors
-DEMO_SEED, TRAIN_SEED, EVAL_SEED = 200_000, 300_000, 0
+DEMO_SEED, TRAIN_SEED, EVAL_SEED = 200_000, 300_000, 600_000
 
 
 def episode_loop(policy, env, human=None, subscribers=(), policy_version=lambda: 0) -> EpisodeLoop:
