@@ -2,14 +2,14 @@
 
 An ``EpisodeLoop`` subscriber that the actor also ``pump``s on every beat where the robot does not step (a
 reset, the wait for "ready", a latched e-stop), so the page shows those too. On the control thread it only
-copies: every ``1 / gui.fps`` s, once its thread has sent the last frame, it takes the frame's image (an
+copies: every ``1 / gui.fps`` s, once its thread is done with the last frame, it takes the frame's image (an
 observation camera: the real robot's, or the twin's) or a snapshot of the sim scene's positions, the tip path
 already executed, and the path the queued actions will take (``foresight``), and hands them to its own thread,
 which renders a snapshot (``sim.view.SceneView``), projects the paths into the image, encodes the JPEG and sends it
 without blocking (``transport.gui_channel``): a slow page never slows the robot, it gets fewer frames. A frame is
 taken only when the thread can start on it at once (one taken while it still draws the last would wait there and
 show the person an older robot), and the policy's uncertainty at the newest chunk is measured after a frame is
-sent, never ahead of it.
+sent, not ahead of it (ahead of it only with ``gui.help_holds``, where the measurement is what holds the robot).
 
 Foresight: the queued actions from now on (what the robot will execute unless a new chunk replaces them) are
 delta joint commands; added up from the current command they give the joints of each coming tick, and the
@@ -118,6 +118,7 @@ class GuiFeed:
         control thread: several sampled chunks cost several forward passes)."""
         if self.measure_uncertainty is not None and self.obs is not None:
             self._chunk_obs = self.obs
+
     @property
     def asks_for_help(self) -> bool:
         """The policy's uncertainty at its newest chunk is above ``gui.help_threshold`` (0: it never asks)."""
@@ -163,8 +164,9 @@ class GuiFeed:
         self._next_frame = max(self._next_frame + self.period, now)
         if self.kinematics:
             self._executed.append(self.env.tip_position(self.env.commanded()))
+        capture = self._capture()  # first: a capture that raises must not leave the thread marked busy for good
         self._busy.set()
-        self._queue.put_nowait(self._capture())
+        self._queue.put_nowait(capture)
 
     def _capture(self) -> _Capture:
         future = np.zeros((0, 3))
@@ -193,8 +195,13 @@ class GuiFeed:
         view: SceneView | None = None
         try:
             while (capture := self._queue.get()) is not None:
+                # after the frame, not ahead of it (it shows on the next one); ahead of it only where the robot
+                # holds for help (gui.help_holds): there the measurement is what stops the robot
+                measure_first = self.gui.help_holds
+                if capture.chunk_obs is not None and measure_first:
+                    self._measure(capture.chunk_obs)
                 view = self._draw(capture, view)
-                if capture.chunk_obs is not None:  # after the frame, not ahead of it: it shows on the next one
+                if capture.chunk_obs is not None and not measure_first:
                     self._measure(capture.chunk_obs)
                 self._busy.clear()
         except Exception as exc:  # noqa: BLE001 - printed and in the status: the robot goes on, its tile goes dark
