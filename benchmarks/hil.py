@@ -19,8 +19,10 @@ Per seed s:
 The human (``sim.intervention.ScriptedHuman``) is the same for every arm and seed, and is no oracle: it takes
 over only when the robot is clearly failing (``--drift-threshold``, or no success after ``--stuck-after`` of
 the episode), ``--reaction-ticks`` late, drives with noisy actions (``--action-noise``), at most
-``--max-takeovers`` times an episode; so a real share of the collected episodes fail. Its effort (intervention
-steps) is reported per arm.
+``--max-takeovers`` times an episode, each a nudge of ``--takeover-ticks``; so a real share of the collected
+episodes fail. Its effort (intervention steps) is reported per arm. The defaults were chosen on development seeds
+(400000+, one BC start, 30 episodes each): with one takeover of 25 ticks (the oracle's length) the human finished
+every episode, driving 61% of the ticks; with 10 ticks and noise 0.3 it finished 80%, driving 16%.
 
 Goals, means over seeds: ``habc_success_gain`` and ``hiors_success_gain`` (end - start) > 0, and
 ``habc_gain_over_control`` and ``hiors_gain_over_control`` (end success minus the control's end success) > 0.
@@ -204,10 +206,11 @@ def main() -> None:
     ap.add_argument("--eval-episodes", type=int, default=100)
     ap.add_argument("--drift-threshold", type=float, default=0.5, help="the human's: clearly failing (oracle 0.35)")
     ap.add_argument("--stuck-after", type=float, default=0.75, help="the human's (oracle 0.6)")
-    ap.add_argument("--takeover-ticks", type=int, default=ScriptedHumanConfig.takeover_ticks)
+    ap.add_argument("--takeover-ticks", type=int, default=10,
+                    help=f"the human's nudge (oracle {ScriptedHumanConfig.takeover_ticks})")
     ap.add_argument("--max-takeovers", type=int, default=1, help="the human's budget per episode (oracle 2)")
     ap.add_argument("--reaction-ticks", type=int, default=5, help="the human's (oracle 0)")
-    ap.add_argument("--action-noise", type=float, default=0.15, help="the human's, normalised units (oracle 0)")
+    ap.add_argument("--action-noise", type=float, default=0.3, help="the human's, normalised units (oracle 0)")
     ap.add_argument("--oracle", action="store_true", help="an oracle human instead (ScriptedHumanConfig())")
     args = ap.parse_args()
     torch.set_num_threads(2)
