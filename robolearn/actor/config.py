@@ -59,8 +59,8 @@ class GuiConfig:
                                   # frame (OpenCV axes): the foresight overlay; a sim camera's come from the sim
     jpeg_quality: int = 80
     uncertainty_samples: int = 8  # the policy's uncertainty at each chunk: the spread of this many sampled chunks
-                                  # (on the feed's thread between frames, once per frame at most;
-                                  # 0: not measured)
+                                  # (on the feed's thread after a frame is sent, ahead of it with
+                                  # help_holds; once per frame at most; 0: not measured)
     help_threshold: float = 0.0   # the robot asks for help when its policy's uncertainty exceeds this (0: never)
     help_holds: bool = False      # ... and holds until a person takes over or dismisses it
 
