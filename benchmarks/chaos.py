@@ -59,22 +59,27 @@ def _read(path: Path) -> dict:
 class Recovery:
     """One kill and when its process was back."""
 
-    def __init__(self, target: str, pid: int, at_s: float) -> None:
+    def __init__(self, run: Path, target: str, pid: int, at_s: float) -> None:
         self.target, self.pid, self.at_s, self.t_kill = target, pid, at_s, time.monotonic()
         self.back_after_s: float | None = None
+        # the pid the file showed at the kill: a predecessor's, when the killed process was still starting and
+        # had not written the file yet; its status is not the replacement acting
+        self.stale_pid = self._serving(run)[0]
+
+    def _serving(self, run: Path) -> tuple[int | None, bool]:
+        """(the pid of the process the run directory says serves ``target``, whether it serves yet)."""
+        if self.target == "learner":
+            return _read(run / "endpoints.json").get("learner_pid"), True
+        if self.target == "policy-server":
+            return _read(run / "policy_server.json").get("pid"), True
+        status = _read(run / "status" / f"{self.target}.json")
+        return status.get("pid"), status.get("env_steps", 0) > 0
 
     def check(self, run: Path) -> None:
         if self.back_after_s is not None:
             return
-        if self.target == "learner":
-            endpoints = _read(run / "endpoints.json")
-            back = endpoints.get("learner_pid") not in (None, self.pid)
-        elif self.target == "policy-server":
-            back = _read(run / "policy_server.json").get("pid") not in (None, self.pid)
-        else:
-            status = _read(run / "status" / f"{self.target}.json")
-            back = status.get("pid") not in (None, self.pid) and status.get("env_steps", 0) > 0
-        if back:
+        pid, serving = self._serving(run)
+        if serving and pid not in (None, self.pid, self.stale_pid):
             self.back_after_s = round(time.monotonic() - self.t_kill, 2)
 
     def as_dict(self) -> dict:
@@ -90,7 +95,7 @@ def kill(run: Path, target: str, t0: float, sig: int = signal.SIGKILL) -> Recove
         os.kill(pid, sig)
     except ProcessLookupError:  # died on its own an instant ago: the runtime is restarting it already
         return None
-    return Recovery(target, pid, time.monotonic() - t0)
+    return Recovery(run, target, pid, time.monotonic() - t0)
 
 
 def kill_while_learner_stalled(run: Path, target: str, t0: float, stall_s: float = 1.5) -> Recovery | None:
