@@ -1,7 +1,11 @@
 """The supervisor's restart policy with real worker processes: one that dies before it ever gets going (here: a run
 directory without a config) is a crash loop and is restarted with growing back-off until it is out of restarts
-within the window; the weights an actor keeps for its replacement; the version floor of a restarted learner."""
+within the window; a killed actor's place taken by the spare actor; the weights an actor keeps for its replacement;
+the version floor of a restarted learner."""
 
+import json
+import os
+import signal
 import time
 
 import torch
@@ -11,6 +15,14 @@ from robolearn.hardware.resources import LeaseManager
 from robolearn.rundir import RunDir
 from robolearn.runtime.local import LocalRuntimeConfig
 from robolearn.runtime.supervisor import Supervisor, WorkerProcess
+from tests.helpers import fast_run_overrides, start_robolearn, wait_for
+
+
+def _json(path):
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):  # not written yet, or being replaced
+        return {}
 
 
 def test_a_process_that_dies_before_it_is_ready_is_restarted_with_growing_back_off(tmp_path):
@@ -35,6 +47,32 @@ def test_a_process_that_dies_before_it_is_ready_is_restarted_with_growing_back_o
     waits = [s - t0 - d for s, d in zip(started, died)]  # death seen -> its replacement started
     assert waits[0] < 0.3 and 0.4 < waits[1] < 1.0 and 1.4 < waits[2] < 2.5, waits  # at once, 1 x, 3 x backoff
     assert "Traceback" in run.log("actor-0").read_text() or "config.yaml" in run.log("actor-0").read_text()
+
+
+def test_a_killed_actor_s_place_goes_to_the_waiting_spare_and_a_new_spare_follows(tmp_path):
+    """The spare (its pid in pids.json as spare-actor) becomes actor-0: the actor acting after the kill has the
+    spare's pid, which a cold start could not have; then another spare is started."""
+    proc = start_robolearn(["run", "task=reach", "actor.realtime=true", *fast_run_overrides("spare", 1.5)], tmp_path)
+    run = tmp_path / "runs" / "spare"
+    try:
+        spare = wait_for(lambda: _json(run / "pids.json").get("spare-actor"), 120, "a spare actor")
+        wait_for(lambda: "imports done" in (run / "logs" / "spare-actor.log").read_text(), 60, "its imports")
+        killed = _json(run / "pids.json")["actor-0"]
+        os.kill(killed, signal.SIGKILL)
+        wait_for(lambda: (s := _json(run / "status" / "actor-0.json")).get("pid") == spare and s["env_steps"] > 0,
+                 60, "the spare acting as actor-0")
+        assert _json(run / "pids.json")["actor-0"] == spare
+        wait_for(lambda: _json(run / "pids.json").get("spare-actor") not in (None, spare), 60, "a new spare")
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    summary = _json(run / "summary.json")
+    assert [(r["process"], r.get("from_spare")) for r in summary["restarts"]] == [("actor-0", True)], summary
+    assert summary["restarts"][0]["ready_after_s"] is not None
+    assert f"spare actor (pid {spare}) takes the place of actor-0" in (run / "logs" / "actor-0.log").read_text()
 
 
 def test_a_replacement_actor_acts_with_the_weights_its_predecessor_kept(tmp_path):

@@ -32,7 +32,7 @@ from robolearn.hardware.resources import LeaseManager, resources_for
 from robolearn.logging.status import read_json, write_json_atomic
 from robolearn.rundir import RunDir
 from robolearn.runtime.run_info import RunInfo, ask
-from robolearn.runtime.supervisor import Supervisor, WorkerProcess, install_stop_signals, write_pids
+from robolearn.runtime.supervisor import SpareActor, Supervisor, WorkerProcess, install_stop_signals, write_pids
 from robolearn.transport.security import load_keys
 
 
@@ -112,7 +112,7 @@ def main(argv: list[str]) -> int:
     write_json_atomic(run.resources, {"endpoint": leases.serve("127.0.0.1"), "type": kind, "curve": False})
     procs = {name: WorkerProcess(name, run) for name in names}
     write_pids(run, procs)
-    supervisor = Supervisor(run, procs, leases, cfg.runtime)
+    supervisor = Supervisor(run, procs, leases, cfg.runtime, spare=SpareActor if cfg.runtime.spare_actor else None)
     print(f"joined run {info.run_name!r} at {args.endpoint} as {', '.join(names)}; local run directory {run.root}",
           flush=True)
     failure, last_ask, unreachable_since, t0 = "", 0.0, None, time.monotonic()
@@ -144,6 +144,7 @@ def main(argv: list[str]) -> int:
                     for proc in procs.values():
                         proc.terminate()  # the supervisor starts each again
     finally:
+        supervisor.close(cfg.runtime.shutdown_timeout_s)
         for proc in procs.values():
             proc.stop(cfg.runtime.shutdown_timeout_s)  # SIGTERM: each drains its spool (actor.drain_timeout_s)
         leases.close()

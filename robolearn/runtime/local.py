@@ -26,7 +26,14 @@ from robolearn.inference.protocol import check_mid_timeout
 from robolearn.logging.status import read_json, write_json_atomic
 from robolearn.rundir import RunDir
 from robolearn.runtime.run_info import RunInfo, RunInfoServer
-from robolearn.runtime.supervisor import Supervisor, WorkerProcess, install_stop_signals, tail, write_pids
+from robolearn.runtime.supervisor import (
+    SpareActor,
+    Supervisor,
+    WorkerProcess,
+    install_stop_signals,
+    tail,
+    write_pids,
+)
 from robolearn.transport.security import CurveKeys, load_keys
 from robolearn.transport.sockets import endpoint_port, is_loopback
 
@@ -65,6 +72,8 @@ class LocalRuntimeConfig:
     restart_backoff_s: float = 1.0  # at once, unless it died k times in a row before it was acting (or the
                                     # learner listening): then after backoff * (2^(k-1) - 1), so a crash loop
                                     # does not spin
+    spare_actor: bool = True      # keep one actor process with its imports done (most of a start-up) waiting,
+                                  # from the time every actor acts: a dead actor's place goes to it at once
 
     def __post_init__(self) -> None:
         if not 0 <= self.learner_nice <= 19:
@@ -122,6 +131,10 @@ class LocalPlacement:
     def spawn(self, name: str, run: RunDir) -> WorkerProcess:
         return WorkerProcess(name, run)
 
+    def spare(self, run: RunDir) -> SpareActor:
+        """A spare actor process (``runtime.spare_actor``), started here like any actor."""
+        return SpareActor(run)
+
     def sync(self, run: RunDir, procs: dict) -> None:
         """Called each time the runtime looks at its processes (the Ray placement copies status files)."""
 
@@ -150,7 +163,8 @@ def run_local(cfg: RunConfig, run: RunDir, placement: LocalPlacement | None = No
     failure = ""
     stop_reason = ""
     joins: RunInfoServer | None = None
-    supervisor = Supervisor(run, procs, leases, runtime, placement.spawn)
+    supervisor = Supervisor(run, procs, leases, runtime, placement.spawn,
+                            placement.spare if runtime.spare_actor else None)
     try:
         while not run.endpoints.exists() and not interrupted:
             if not procs["learner"].alive():
@@ -177,6 +191,7 @@ def run_local(cfg: RunConfig, run: RunDir, placement: LocalPlacement | None = No
         failure = str(exc)
     finally:
         codes = {}
+        supervisor.close(runtime.shutdown_timeout_s)  # the spare actor holds nothing: it just goes
         if joins is not None:
             joins.announce_stop()  # joined actors stop and drain while the learner is still up
         for name, proc in procs.items():  # actors first (they flush), then the policy server, then the learner

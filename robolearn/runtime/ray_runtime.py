@@ -216,6 +216,11 @@ class RayPlacement(LocalPlacement):
         selector = {ROBOT_LABEL: node.robot_id} if node.labelled else {TYPE_LABEL: node.type}
         return {"label_selector": selector, "resources": {robot_resource(node.robot_id): 1}, "num_cpus": 0}
 
+    def spare(self, run: RunDir) -> None:
+        """None: a spare actor is not kept on a Ray cluster (one would be needed on each robot's node, placed by
+        its labels; not built), so a dead actor's replacement starts cold there."""
+        return None
+
     def spawn(self, name: str, run: RunDir) -> RayProcess:
         if name.startswith("actor-") and self.cfg.runtime.policy_server and self.off_loopback:
             self._wait_for(run.policy_server, "the policy server")  # a node elsewhere gets its address mirrored

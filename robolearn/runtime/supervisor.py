@@ -34,23 +34,27 @@ def install_stop_signals() -> list[str]:
 
 
 def worker_args(name: str, run: RunDir) -> list[str]:
-    """The ``python -m`` arguments of process ``name``: learner, policy-server, actor-<i> (``robolearn.runtime.worker``)
-    or gui (``robolearn.apps.gui``, the page: named, not imported, as it sits above the runtime)."""
+    """The ``python -m`` arguments of process ``name``: learner, policy-server, actor-<i>, spare-actor
+    (``robolearn.runtime.worker``) or gui (``robolearn.apps.gui``, the page: named, not imported, as it sits above
+    the runtime)."""
     if name == "gui":
         return ["robolearn.apps.gui", str(run.root)]
     if name.startswith("actor-"):
         return ["robolearn.runtime.worker", "actor", str(run.root), name.removeprefix("actor-")]
+    if name == "spare-actor":
+        return ["robolearn.runtime.worker", "spare-actor", str(run.root)]
     return ["robolearn.runtime.worker", name, str(run.root)]
 
 
 class WorkerProcess:
     """One worker process (``worker_args``), its output appended to its log in the run directory."""
 
-    def __init__(self, name: str, run: RunDir, die_with_parent: bool = False, cwd: str | None = None) -> None:
+    def __init__(self, name: str, run: RunDir, die_with_parent: bool = False, cwd: str | None = None,
+                 stdin: int | None = None) -> None:
         """``die_with_parent``: the kernel SIGKILLs it when the process that started it dies (Linux), as a crash
         of its own: the Ray runtime's host of it is killed or its node leaves, and no orphan goes on beside the
         one started in its place (what it journaled is recovered by that one, as after any crash). ``cwd``: where
-        it runs (default: here)."""
+        it runs (default: here). ``stdin``: ``subprocess.PIPE`` for a spare actor, told its index there."""
         self.name = name
         args = worker_args(name, run)
         run.log(name).parent.mkdir(parents=True, exist_ok=True)
@@ -58,7 +62,7 @@ class WorkerProcess:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         # own session: a terminal's Ctrl-C reaches only the runtime, which then stops us in order
         self.popen = subprocess.Popen([sys.executable, "-m", *args], stdout=self.log, stderr=subprocess.STDOUT,
-                                      env=env, start_new_session=True, cwd=cwd,
+                                      stdin=stdin, env=env, start_new_session=True, cwd=cwd,
                                       preexec_fn=_die_with_parent(os.getpid()) if die_with_parent else None)
 
     @property
@@ -91,6 +95,35 @@ class WorkerProcess:
                 self.popen.wait()
         self.log.close()
         return self.popen.returncode
+
+
+class SpareActor(WorkerProcess):
+    """An actor process started before it is needed (``runtime.spare_actor``). Most of an actor's start-up is
+    imports (torch, MuJoCo, rerun, hydra: 6-7 s of a worker's start on an idle 2-core machine, 9+ s on a busy
+    one); a spare has done them and waits, holding no robot and no socket, until the supervisor writes the index
+    of the actor whose place it takes to its stdin. From then on it is that actor: it writes that actor's log,
+    loads the run's config and starts as a new actor process would (leases a robot, recovers its predecessor's
+    journal and spool). It exits when its stdin closes unused (the runtime stopped or died)."""
+
+    def __init__(self, run: RunDir) -> None:
+        super().__init__("spare-actor", run, stdin=subprocess.PIPE)
+
+    def become(self, name: str) -> bool:
+        """Take the place of ``name`` (``actor-<i>``); False if this process died meanwhile (start one cold)."""
+        if not self.alive():
+            return False
+        try:
+            self.popen.stdin.write(f"{name.removeprefix('actor-')}\n".encode())
+            self.popen.stdin.close()
+        except BrokenPipeError:  # it died between the check and the write
+            return False
+        self.name = name
+        return True
+
+    def stop(self, timeout_s: float) -> int:
+        if self.popen.stdin is not None and not self.popen.stdin.closed:
+            self.popen.stdin.close()
+        return super().stop(timeout_s)
 
 
 def _die_with_parent(parent: int) -> Callable[[], None]:
@@ -140,11 +173,17 @@ class Supervisor:
     acting (its first step) or, for the learner and the server, listening again; ``restarts`` says when."""
 
     def __init__(self, run: RunDir, procs: dict, leases: LeaseManager, runtime: LocalRuntimeConfig,
-                 spawn: Callable[[str, RunDir], WorkerProcess] | None = None) -> None:
+                 spawn: Callable[[str, RunDir], WorkerProcess] | None = None,
+                 spare: Callable[[RunDir], SpareActor | None] | None = None) -> None:
         """``spawn(name, run)``: starts a process again (default: a ``WorkerProcess`` on this machine; the Ray
-        runtime's places it on its node)."""
+        runtime's places it on its node). ``spare(run)``: starts a spare actor (``runtime.spare_actor``), kept
+        from the time every actor acts; a dead actor's place goes to it, and another is started once all act
+        again (not sooner: its imports would slow the replacement's start on a small machine). None (or a
+        ``spare`` that returns None): none."""
         self.run, self.procs, self.leases, self.runtime = run, procs, leases, runtime
         self.spawn = spawn or WorkerProcess
+        self._start_spare = spare
+        self._spare: SpareActor | None = None
         self.restarts: list[dict] = []  # one entry per restart, for the summary
         self.learner_counted: dict[int, dict[str, int]] = {}  # pid -> LEARNER_COUNTERS of each learner that died
         self._due: dict[str, float] = {}  # process -> when its restart starts
@@ -212,8 +251,11 @@ class Supervisor:
         for name, at in list(self._due.items()):
             if now >= at:
                 del self._due[name]
-                self.procs[name] = self.spawn(name, self.run)
-                write_pids(self.run, self.procs)
+                spare = self._take_spare(name)
+                if spare is not None and name in self._waiting:
+                    self._waiting[name][0]["from_spare"] = True
+                self.procs[name] = spare or self.spawn(name, self.run)
+                self._write_pids()
         for name, proc in self.procs.items():
             if name not in self._due and proc.pid not in self._ready_pids and self._ready(name, proc):
                 self._ready_pids.add(proc.pid)
@@ -222,7 +264,55 @@ class Supervisor:
                 entry["ready_after_s"] = round(now - died, 2)
                 del self._waiting[name]
                 print(f"[runtime] {name} is back {entry['ready_after_s']:.1f} s after it exited", flush=True)
+        self._keep_spare()
         return ""
+
+    def close(self, timeout_s: float) -> None:
+        """Stop the spare actor, if one waits."""
+        if self._spare is not None:
+            self._spare.stop(timeout_s)
+            self._spare = None
+
+    def _take_spare(self, name: str) -> SpareActor | None:
+        """The waiting spare, now actor ``name``; None when there is none (or it died: then spares stop)."""
+        if self._spare is None or not name.startswith("actor-"):
+            return None
+        spare, self._spare = self._spare, None
+        if not spare.become(name):
+            self._spare_failed(spare)
+            return None
+        print(f"[runtime] {name}: the spare actor (pid {spare.pid}, its imports done) takes its place",
+              file=sys.stderr, flush=True)
+        return spare
+
+    def _keep_spare(self) -> None:
+        """Start a spare once every actor acts and none is waiting; notice one that died while it waited."""
+        if self._start_spare is None:
+            return
+        if self._spare is not None:
+            if not self._spare.alive():
+                self._spare_failed(self._spare)
+                self._spare = None
+            return
+        actors = [name for name in self.procs if name.startswith("actor-")]
+        if actors and all(name not in self._due and self.procs[name].pid in self._ready_pids for name in actors):
+            self._spare = self._start_spare(self.run)
+            if self._spare is None:  # this placement keeps none
+                self._start_spare = None
+                return
+            self._write_pids()
+
+    def _spare_failed(self, spare: SpareActor) -> None:
+        """A spare that exits while it waits is broken in a way a restart would not mend (it imports what
+        every actor imports): say so once, and start dead actors cold from then on."""
+        spare.release()
+        self._start_spare = None
+        print(f"[runtime] the spare actor exited (code {spare.returncode}) before it was needed; dead actors "
+              f"are started cold from now on. Its log:\n{tail(self.run.log('spare-actor'))}",
+              file=sys.stderr, flush=True)
+
+    def _write_pids(self) -> None:
+        write_pids(self.run, {**self.procs, **({"spare-actor": self._spare} if self._spare is not None else {})})
 
     def counted_before(self, final_status: dict) -> dict[str, int]:
         """LEARNER_COUNTERS of the learners that died, less the one whose status is ``final_status`` (the run

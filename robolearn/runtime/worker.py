@@ -1,5 +1,5 @@
-"""Entry point of a worker process: ``python -m robolearn.runtime.worker {learner|actor|policy-server} RUN_DIR
-[INDEX]``.
+"""Entry point of a worker process: ``python -m robolearn.runtime.worker {learner|actor|policy-server|spare-actor}
+RUN_DIR [INDEX]`` (a spare actor is told its index later, on stdin).
 
 Workers read the resolved config from the run directory, so nothing but a path crosses the process
 boundary at start-up (no pickled arguments).
@@ -17,12 +17,14 @@ from robolearn.runtime.builtins import register_builtins
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("learner", "actor", "policy-server"):
-        print("usage: python -m robolearn.runtime.worker {learner|actor|policy-server} RUN_DIR [INDEX]",
+    if len(argv) < 2 or argv[0] not in ("learner", "actor", "policy-server", "spare-actor"):
+        print("usage: python -m robolearn.runtime.worker {learner|actor|policy-server|spare-actor} RUN_DIR [INDEX]",
               file=sys.stderr)
         return 2
     register_builtins()
     run = RunDir(Path(argv[1]))
+    if argv[0] == "spare-actor":
+        return _spare_actor(run)
     cfg = load_run_config(run.config)
     if argv[0] == "learner":
         from robolearn.learner.loop import main as learner_main
@@ -37,6 +39,24 @@ def main(argv: list[str]) -> int:
     from robolearn.actor.loop import main as actor_main
 
     return actor_main(run, cfg, int(argv[2]) if len(argv) > 2 else 0)
+
+
+def _spare_actor(run: RunDir) -> int:
+    """A spare actor (``supervisor.SpareActor``): import what an actor needs, then wait for the index of the actor
+    to become on stdin; an empty read (stdin closed) means it is not needed."""
+    from robolearn.actor.loop import main as actor_main
+
+    print(f"spare actor (pid {os.getpid()}): imports done, waiting to be told which actor to be", flush=True)
+    line = sys.stdin.readline()
+    if not line.strip():
+        return 0
+    index = int(line)
+    log = os.open(run.log(f"actor-{index}"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(log, sys.stdout.fileno())  # from here on this process is actor <index>, and writes its log
+    os.dup2(log, sys.stderr.fileno())
+    os.close(log)
+    print(f"spare actor (pid {os.getpid()}) takes the place of actor-{index}", flush=True)
+    return actor_main(run, load_run_config(run.config), index)
 
 
 if __name__ == "__main__":
