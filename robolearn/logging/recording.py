@@ -34,14 +34,19 @@ def recording_path(run_dir: Path) -> Path:
     return run_dir / f"run.{k}.rrd"
 
 
+def warm_up() -> None:
+    """Do what rerun's first column costs once per process: pyarrow imports pandas the first time it builds an
+    array (1.6 s of CPU on an idle 2-core machine). A ``Recording`` does it when made, so that it is not inside
+    the first control tick that logs a chunk; a spare actor does it while it waits."""
+    rr.TimeColumn("tick", sequence=np.zeros(1, dtype=np.int64))
+
+
 class Recording:
     def __init__(self, run_dir: Path, run_name: str, path: Path | None = None) -> None:
         self.path = path or recording_path(run_dir)
         self.stream = rr.RecordingStream("robolearn", recording_id=run_name)
         self.stream.save(str(self.path))
-        # pyarrow imports pandas the first time it builds an array (a second or more of CPU): here, not inside the
-        # first control tick that logs a chunk
-        rr.TimeColumn("tick", sequence=np.zeros(1, dtype=np.int64))
+        warm_up()
 
     def log_transitions(self, robot_id: str, arrays: dict[str, np.ndarray]) -> None:
         ticks = rr.TimeColumn("tick", sequence=arrays["tick"])

@@ -45,7 +45,9 @@ def _spare_actor(run: RunDir) -> int:
     """A spare actor (``supervisor.SpareActor``): import what an actor needs, then wait for the index of the actor
     to become on stdin; an empty read (stdin closed) means it is not needed."""
     from robolearn.actor.loop import main as actor_main
+    from robolearn.logging import recording
 
+    recording.warm_up()
     print(f"spare actor (pid {os.getpid()}): imports done, waiting to be told which actor to be", flush=True)
     line = sys.stdin.readline()
     if not line.strip():
