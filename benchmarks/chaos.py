@@ -229,6 +229,8 @@ def main() -> None:
     ap.add_argument("--kills", type=int, default=20)
     ap.add_argument("--minutes", type=float, default=6.0, help="each run's time budget (kills come first)")
     ap.add_argument("--actors", type=int, default=2)
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="more config overrides for every run (e.g. runtime.spare_actors=2)")
     args = ap.parse_args()
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -236,7 +238,7 @@ def main() -> None:
             for mode in args.modes:  # interleaved: both modes of a seed run back to back
                 print(f"chaos seed {seed}, {mode}: {args.kills} kills", flush=True)
                 r = chaos_run(Path(tmp), f"chaos-s{seed}-{mode}", seed, args.kills, args.minutes, args.actors,
-                              extra=["actor.realtime=true", *MODES[mode]])
+                              extra=["actor.realtime=true", *MODES[mode], *args.set])
                 r["mode"] = mode
                 print(f"  lost {r['lost_transitions']}, duplicates {r['duplicate_transitions']}, interrupted "
                       f"{r['interrupted_steps']}, actor rejoin max {r['max_actor_rejoin_s']} s, learner recovery max "

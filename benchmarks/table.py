@@ -31,11 +31,16 @@ def _value(v: object) -> str:
     return "none" if v is None else str(v)
 
 
+def commit_of(result: dict) -> str:
+    """The commit a result was measured at: top level, or (the oldest results) inside ``machine``."""
+    return result.get("commit") or (result.get("machine") or {}).get("commit") or ""
+
+
 def table() -> str:
     rows = ["| benchmark | goal | value | target | met | commit | measured |", "|---|---|---|---|---|---|---|"]
     for path in sorted(RESULTS.glob("*.json")):
         result = json.loads(path.read_text())
-        commit = result.get("commit") or "not recorded"
+        commit = commit_of(result) or "not recorded"
         date = (result.get("machine") or {}).get("date", "not recorded")
         for g in result.get("goals", []):
             met = "yes" if g.get("met") else "**no**"
@@ -47,7 +52,7 @@ def table() -> str:
 def staleness() -> list[str]:
     out = []
     for path in sorted(RESULTS.glob("*.json")):
-        commit = (json.loads(path.read_text()).get("commit") or "").removesuffix("+dirty")
+        commit = commit_of(json.loads(path.read_text())).removesuffix("+dirty")
         if not commit:
             out.append(f"{path.stem}: no commit recorded")
             continue

@@ -50,19 +50,19 @@ def test_a_process_that_dies_before_it_is_ready_is_restarted_with_growing_back_o
 
 
 def test_a_killed_actor_s_place_goes_to_the_waiting_spare_and_a_new_spare_follows(tmp_path):
-    """The spare (its pid in pids.json as spare-actor) becomes actor-0: the actor acting after the kill has the
+    """The spare (its pid in pids.json as spare-actor-0) becomes actor-0: the actor acting after the kill has the
     spare's pid, which a cold start could not have; then another spare is started."""
     proc = start_robolearn(["run", "task=reach", "actor.realtime=true", *fast_run_overrides("spare", 1.5)], tmp_path)
     run = tmp_path / "runs" / "spare"
     try:
-        spare = wait_for(lambda: _json(run / "pids.json").get("spare-actor"), 120, "a spare actor")
+        spare = wait_for(lambda: _json(run / "pids.json").get("spare-actor-0"), 120, "a spare actor")
         wait_for(lambda: "imports done" in (run / "logs" / "spare-actor.log").read_text(), 60, "its imports")
         killed = _json(run / "pids.json")["actor-0"]
         os.kill(killed, signal.SIGKILL)
         wait_for(lambda: (s := _json(run / "status" / "actor-0.json")).get("pid") == spare and s["env_steps"] > 0,
                  60, "the spare acting as actor-0")
         assert _json(run / "pids.json")["actor-0"] == spare
-        wait_for(lambda: _json(run / "pids.json").get("spare-actor") not in (None, spare), 60, "a new spare")
+        wait_for(lambda: _json(run / "pids.json").get("spare-actor-0") not in (None, spare), 60, "a new spare")
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=120)
     finally:

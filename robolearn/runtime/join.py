@@ -112,7 +112,7 @@ def main(argv: list[str]) -> int:
     write_json_atomic(run.resources, {"endpoint": leases.serve("127.0.0.1"), "type": kind, "curve": False})
     procs = {name: WorkerProcess(name, run) for name in names}
     write_pids(run, procs)
-    supervisor = Supervisor(run, procs, leases, cfg.runtime, spare=SpareActor if cfg.runtime.spare_actor else None)
+    supervisor = Supervisor(run, procs, leases, cfg.runtime, spare=SpareActor if cfg.runtime.spare_actors else None)
     print(f"joined run {info.run_name!r} at {args.endpoint} as {', '.join(names)}; local run directory {run.root}",
           flush=True)
     failure, last_ask, unreachable_since, t0 = "", 0.0, None, time.monotonic()

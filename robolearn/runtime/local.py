@@ -72,8 +72,8 @@ class LocalRuntimeConfig:
     restart_backoff_s: float = 1.0  # at once, unless it died k times in a row before it was acting (or the
                                     # learner listening): then after backoff * (2^(k-1) - 1), so a crash loop
                                     # does not spin
-    spare_actor: bool = True      # keep one actor process with its imports done (most of a start-up) waiting,
-                                  # from the time every actor acts: a dead actor's place goes to it at once
+    spare_actors: int = 1         # actor processes kept waiting with their imports done (most of a start-up)
+                                  # from the time every actor acts: a dead actor's place goes to one at once
 
     def __post_init__(self) -> None:
         if not 0 <= self.learner_nice <= 19:
@@ -83,9 +83,9 @@ class LocalRuntimeConfig:
                              f"({self.remote_actors}) must be >= 0, with at least one actor in all")
         check_mid_timeout(self.mid_timeout_s, "runtime.mid_timeout_s")
         if min(self.actor_restarts, self.learner_restarts, self.server_restarts, self.gui_restarts,
-               self.restart_window_s, self.restart_backoff_s) < 0:
+               self.restart_window_s, self.restart_backoff_s, self.spare_actors) < 0:
             raise ValueError("runtime.actor_restarts, learner_restarts, server_restarts, gui_restarts, "
-                             "restart_window_s and restart_backoff_s must be >= 0")
+                             "restart_window_s, restart_backoff_s and spare_actors must be >= 0")
         if not is_loopback(self.host) and self.keys_dir is None:
             raise ValueError(f"runtime.host={self.host!r} is not a loopback address: a non-loopback bind needs "
                              "CurveZMQ keys (robolearn keys generate DIR, then runtime.keys_dir=DIR/server)")
@@ -132,7 +132,7 @@ class LocalPlacement:
         return WorkerProcess(name, run)
 
     def spare(self, run: RunDir) -> SpareActor:
-        """A spare actor process (``runtime.spare_actor``), started here like any actor."""
+        """A spare actor process (``runtime.spare_actors``), started here like any actor."""
         return SpareActor(run)
 
     def sync(self, run: RunDir, procs: dict) -> None:
@@ -164,7 +164,7 @@ def run_local(cfg: RunConfig, run: RunDir, placement: LocalPlacement | None = No
     stop_reason = ""
     joins: RunInfoServer | None = None
     supervisor = Supervisor(run, procs, leases, runtime, placement.spawn,
-                            placement.spare if runtime.spare_actor else None)
+                            placement.spare if runtime.spare_actors else None)
     try:
         while not run.endpoints.exists() and not interrupted:
             if not procs["learner"].alive():

@@ -98,7 +98,7 @@ class WorkerProcess:
 
 
 class SpareActor(WorkerProcess):
-    """An actor process started before it is needed (``runtime.spare_actor``). Most of an actor's start-up is
+    """An actor process started before it is needed (``runtime.spare_actors``). Most of an actor's start-up is
     imports (torch, MuJoCo, rerun, hydra: 6-7 s of a worker's start on an idle 2-core machine, 9+ s on a busy
     one); a spare has done them and waits, holding no robot and no socket, until the supervisor writes the index
     of the actor whose place it takes to its stdin. From then on it is that actor: it writes that actor's log,
@@ -176,14 +176,14 @@ class Supervisor:
                  spawn: Callable[[str, RunDir], WorkerProcess] | None = None,
                  spare: Callable[[RunDir], SpareActor | None] | None = None) -> None:
         """``spawn(name, run)``: starts a process again (default: a ``WorkerProcess`` on this machine; the Ray
-        runtime's places it on its node). ``spare(run)``: starts a spare actor (``runtime.spare_actor``), kept
-        from the time every actor acts; a dead actor's place goes to it, and another is started once all act
-        again (not sooner: its imports would slow the replacement's start on a small machine). None (or a
-        ``spare`` that returns None): none."""
+        runtime's places it on its node). ``spare(run)``: starts a spare actor; ``runtime.spare_actors`` of them
+        are kept waiting from the time every actor first acts, a dead actor's place goes to the oldest, and another
+        is started at once. None (or a ``spare`` that returns None): none."""
         self.run, self.procs, self.leases, self.runtime = run, procs, leases, runtime
         self.spawn = spawn or WorkerProcess
         self._start_spare = spare
-        self._spare: SpareActor | None = None
+        self._spares: list[SpareActor] = []  # oldest first
+        self._spares_on = False  # every actor has acted once: spares are kept from then on
         self.restarts: list[dict] = []  # one entry per restart, for the summary
         self.learner_counted: dict[int, dict[str, int]] = {}  # pid -> LEARNER_COUNTERS of each learner that died
         self._due: dict[str, float] = {}  # process -> when its restart starts
@@ -264,42 +264,46 @@ class Supervisor:
                 entry["ready_after_s"] = round(now - died, 2)
                 del self._waiting[name]
                 print(f"[runtime] {name} is back {entry['ready_after_s']:.1f} s after it exited", flush=True)
-        self._keep_spare()
+        self._keep_spares()
         return ""
 
     def close(self, timeout_s: float) -> None:
-        """Stop the spare actor, if one waits."""
-        if self._spare is not None:
-            self._spare.stop(timeout_s)
-            self._spare = None
+        """Stop the spare actors that wait."""
+        for spare in self._spares:
+            spare.stop(timeout_s)
+        self._spares = []
 
     def _take_spare(self, name: str) -> SpareActor | None:
-        """The waiting spare, now actor ``name``; None when there is none (or it died: then spares stop)."""
-        if self._spare is None or not name.startswith("actor-"):
+        """The oldest waiting spare (the furthest through its imports), now actor ``name``; None when there is
+        none (or it died: then spares stop)."""
+        if not self._spares or not name.startswith("actor-"):
             return None
-        spare, self._spare = self._spare, None
+        spare = self._spares.pop(0)
         if not spare.become(name):
             self._spare_failed(spare)
             return None
-        print(f"[runtime] {name}: the spare actor (pid {spare.pid}, its imports done) takes its place",
-              file=sys.stderr, flush=True)
+        print(f"[runtime] {name}: a spare actor (pid {spare.pid}) takes its place", file=sys.stderr, flush=True)
         return spare
 
-    def _keep_spare(self) -> None:
-        """Start a spare once every actor acts and none is waiting; notice one that died while it waited."""
+    def _keep_spares(self) -> None:
+        """Keep ``runtime.spare_actors`` spares from the time every actor first acts (not sooner: their imports
+        would slow the run's start); notice one that died while it waited."""
         if self._start_spare is None:
             return
-        if self._spare is not None:
-            if not self._spare.alive():
-                self._spare_failed(self._spare)
-                self._spare = None
+        for spare in [s for s in self._spares if not s.alive()]:
+            self._spares.remove(spare)
+            self._spare_failed(spare)
+        if self._start_spare is None:
             return
-        actors = [name for name in self.procs if name.startswith("actor-")]
-        if actors and all(name not in self._due and self.procs[name].pid in self._ready_pids for name in actors):
-            self._spare = self._start_spare(self.run)
-            if self._spare is None:  # this placement keeps none
+        if not self._spares_on:
+            actors = [name for name in self.procs if name.startswith("actor-")]
+            self._spares_on = bool(actors) and all(self.procs[name].pid in self._ready_pids for name in actors)
+        while self._spares_on and len(self._spares) < self.runtime.spare_actors:
+            spare = self._start_spare(self.run)
+            if spare is None:  # this placement keeps none
                 self._start_spare = None
                 return
+            self._spares.append(spare)
             self._write_pids()
 
     def _spare_failed(self, spare: SpareActor) -> None:
@@ -307,12 +311,12 @@ class Supervisor:
         every actor imports): say so once, and start dead actors cold from then on."""
         spare.release()
         self._start_spare = None
-        print(f"[runtime] the spare actor exited (code {spare.returncode}) before it was needed; dead actors "
-              f"are started cold from now on. Its log:\n{tail(self.run.log('spare-actor'))}",
+        print(f"[runtime] a spare actor exited (code {spare.returncode}) before it was needed; dead actors "
+              f"are started cold from now on. The spares' log:\n{tail(self.run.log('spare-actor'))}",
               file=sys.stderr, flush=True)
 
     def _write_pids(self) -> None:
-        write_pids(self.run, {**self.procs, **({"spare-actor": self._spare} if self._spare is not None else {})})
+        write_pids(self.run, {**self.procs, **{f"spare-actor-{k}": spare for k, spare in enumerate(self._spares)}})
 
     def counted_before(self, final_status: dict) -> dict[str, int]:
         """LEARNER_COUNTERS of the learners that died, less the one whose status is ``final_status`` (the run
