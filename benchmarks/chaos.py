@@ -1,7 +1,7 @@
 """Chaos: SIGKILL random processes of a live ``robolearn run`` and count what is lost.
 
-Runs the real CLI (``robolearn run task=reach runtime.num_actors=2 actor.realtime=true``, learner and actor
-processes, zmq, the on-disk buffer; the actors pace their robots at 25 Hz and, as robots do, go on acting
+Runs the real CLI (``robolearn run task=reach runtime.num_actors=2 actor.realtime=true runtime.spare_actors=2``,
+learner and actor processes, zmq, the on-disk buffer; the actors pace their robots at 25 Hz and, as robots do, go on acting
 while the learner is down, so data keeps coming while nobody stores it) and, once every actor is acting,
 kills a random process (the learner or an actor) at random times, ``--kills`` times, with no manual resume.
 Each seed runs twice, interleaved: with inference in each actor process (the default), and with the run's
@@ -113,10 +113,12 @@ def kill_while_learner_stalled(run: Path, target: str, t0: float, stall_s: float
 
 def start(workdir: Path, name: str, seed: int, minutes: float, num_actors: int, extra: list[str]) -> subprocess.Popen:
     # restarts: every kill must be survivable, so the limit is above the number of kills (the default, 5 within
-    # 10 min, is a policy for a fleet, where that many crashes mean something is broken)
+    # 10 min, is a policy for a fleet, where that many crashes mean something is broken). Two spare actors (the
+    # default is one): kills here come 4-10 s apart, often on one actor, faster than one spare's imports finish on
+    # these 2 cores, so each kill would find a spare still importing
     overrides = ["task=reach", f"seed={seed}", f"run_name={name}", f"budget.minutes={minutes}",
                  f"runtime.num_actors={num_actors}", "runtime.actor_restarts=100", "runtime.learner_restarts=100",
-                 "runtime.server_restarts=100", "runtime.live_console=false", *extra]
+                 "runtime.server_restarts=100", "runtime.spare_actors=2", "runtime.live_console=false", *extra]
     with open(workdir / f"{name}.out", "w") as log:  # the child keeps its own copy of the descriptor
         return subprocess.Popen([str(ROBOLEARN), "run", *overrides], cwd=workdir, stdout=log, stderr=subprocess.STDOUT)
 
@@ -230,7 +232,7 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=6.0, help="each run's time budget (kills come first)")
     ap.add_argument("--actors", type=int, default=2)
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                    help="more config overrides for every run (e.g. runtime.spare_actors=2)")
+                    help="more config overrides for every run (e.g. runtime.spare_actors=1, the default)")
     args = ap.parse_args()
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
