@@ -1,8 +1,8 @@
 """Chaos: SIGKILL random processes of a live ``robolearn run`` and count what is lost.
 
 Runs the real CLI (``robolearn run task=reach runtime.num_actors=2 actor.realtime=true runtime.spare_actors=2``,
-learner and actor processes, zmq, the on-disk buffer; the actors pace their robots at 25 Hz and, as robots do, go on acting
-while the learner is down, so data keeps coming while nobody stores it) and, once every actor is acting,
+learner and actor processes, zmq, the on-disk buffer; the actors pace their robots at 25 Hz and, as robots do, go on
+acting while the learner is down, so data keeps coming while nobody stores it) and, once every actor is acting,
 kills a random process (the learner or an actor) at random times, ``--kills`` times, with no manual resume.
 Each seed runs twice, interleaved: with inference in each actor process (the default), and with the run's
 policy server (``runtime.policy_server=true``): the same kills, and ``kills // 4`` of the server on top.

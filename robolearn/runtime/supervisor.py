@@ -120,9 +120,19 @@ class SpareActor(WorkerProcess):
         self.name = name
         return True
 
-    def stop(self, timeout_s: float) -> int:
-        if self.popen.stdin is not None and not self.popen.stdin.closed:
+    def _close_stdin(self) -> None:
+        """An unused spare reads end-of-file and exits."""
+        try:
             self.popen.stdin.close()
+        except BrokenPipeError:  # what was left to flush had no reader: it is gone already
+            pass
+
+    def release(self) -> None:
+        self._close_stdin()
+        super().release()
+
+    def stop(self, timeout_s: float) -> int:
+        self._close_stdin()
         return super().stop(timeout_s)
 
 
@@ -252,8 +262,8 @@ class Supervisor:
             if now >= at:
                 del self._due[name]
                 spare = self._take_spare(name)
-                if spare is not None and name in self._waiting:
-                    self._waiting[name][0]["from_spare"] = True
+                if name.startswith("actor-") and name in self._waiting:
+                    self._waiting[name][0]["from_spare"] = spare is not None
                 self.procs[name] = spare or self.spawn(name, self.run)
                 self._write_pids()
         for name, proc in self.procs.items():
@@ -269,9 +279,7 @@ class Supervisor:
 
     def close(self, timeout_s: float) -> None:
         """Stop the spare actors that wait."""
-        for spare in self._spares:
-            spare.stop(timeout_s)
-        self._spares = []
+        self._drop_spares(timeout_s)
 
     def _take_spare(self, name: str) -> SpareActor | None:
         """The oldest waiting spare (the furthest through its imports), now actor ``name``; None when there is
@@ -280,7 +288,8 @@ class Supervisor:
             return None
         spare = self._spares.pop(0)
         if not spare.become(name):
-            self._spare_failed(spare)
+            self._spares_failed(f"a spare actor (pid {spare.pid}) had exited (code {spare.popen.wait()}) when "
+                                f"{name}'s place was to go to it", spare)
             return None
         print(f"[runtime] {name}: a spare actor (pid {spare.pid}) takes its place", file=sys.stderr, flush=True)
         return spare
@@ -290,30 +299,43 @@ class Supervisor:
         would slow the run's start); notice one that died while it waited."""
         if self._start_spare is None:
             return
-        for spare in [s for s in self._spares if not s.alive()]:
-            self._spares.remove(spare)
-            self._spare_failed(spare)
-        if self._start_spare is None:
+        dead = next((s for s in self._spares if not s.alive()), None)
+        if dead is not None:
+            self._spares.remove(dead)
+            self._spares_failed(f"a spare actor (pid {dead.pid}) exited (code {dead.returncode}) while it waited",
+                                dead)
             return
         if not self._spares_on:
             actors = [name for name in self.procs if name.startswith("actor-")]
             self._spares_on = bool(actors) and all(self.procs[name].pid in self._ready_pids for name in actors)
         while self._spares_on and len(self._spares) < self.runtime.spare_actors:
-            spare = self._start_spare(self.run)
+            try:
+                spare = self._start_spare(self.run)
+            except OSError as exc:  # no process could be made now (EAGAIN, ENOMEM): spares are optional
+                self._spares_failed(f"a spare actor could not be started ({exc})")
+                return
             if spare is None:  # this placement keeps none
                 self._start_spare = None
                 return
             self._spares.append(spare)
             self._write_pids()
 
-    def _spare_failed(self, spare: SpareActor) -> None:
-        """A spare that exits while it waits is broken in a way a restart would not mend (it imports what
-        every actor imports): say so once, and start dead actors cold from then on."""
-        spare.release()
+    def _spares_failed(self, why: str, spare: SpareActor | None = None) -> None:
+        """A spare that exits while it waits (or cannot start) is broken in a way a restart would not mend (it
+        imports what every actor imports; or the machine is out of memory or processes, and an idle spare is
+        what the OOM killer picks first): say so once, stop the others and start dead actors cold from then on."""
+        if spare is not None:
+            spare.release()
         self._start_spare = None
-        print(f"[runtime] a spare actor exited (code {spare.returncode}) before it was needed; dead actors "
-              f"are started cold from now on. The spares' log:\n{tail(self.run.log('spare-actor'))}",
-              file=sys.stderr, flush=True)
+        self._drop_spares(self.runtime.shutdown_timeout_s)
+        print(f"[runtime] {why}; no more spares this run, dead actors start cold. The spares' log:\n"
+              f"{tail(self.run.log('spare-actor'))}", file=sys.stderr, flush=True)
+
+    def _drop_spares(self, timeout_s: float) -> None:
+        for spare in self._spares:
+            spare.stop(timeout_s)
+        self._spares = []
+        self._write_pids()
 
     def _write_pids(self) -> None:
         write_pids(self.run, {**self.procs, **{f"spare-actor-{k}": spare for k, spare in enumerate(self._spares)}})

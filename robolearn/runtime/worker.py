@@ -8,6 +8,7 @@ boundary at start-up (no pickled arguments).
 from __future__ import annotations
 
 import os
+import select
 import sys
 from pathlib import Path
 
@@ -44,21 +45,34 @@ def main(argv: list[str]) -> int:
 def _spare_actor(run: RunDir) -> int:
     """A spare actor (``supervisor.SpareActor``): import what an actor needs, then wait for the index of the actor
     to become on stdin; an empty read (stdin closed) means it is not needed."""
-    from robolearn.actor.loop import main as actor_main
-    from robolearn.logging import recording
+    try:
+        from robolearn.actor.loop import main as actor_main
+        from robolearn.logging import recording
 
-    recording.warm_up()
+        recording.warm_up()
+    except Exception:
+        # told its index while it was importing: the traceback belongs in the log of the actor it was to be
+        if select.select([sys.stdin], [], [], 0)[0]:
+            _write_log_of(run, sys.stdin.readline())
+        raise
     print(f"spare actor (pid {os.getpid()}): imports done, waiting to be told which actor to be", flush=True)
-    line = sys.stdin.readline()
-    if not line.strip():
+    index = _write_log_of(run, sys.stdin.readline())
+    if index is None:
         return 0
-    index = int(line)
-    log = os.open(run.log(f"actor-{index}"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.dup2(log, sys.stdout.fileno())  # from here on this process is actor <index>, and writes its log
-    os.dup2(log, sys.stderr.fileno())
-    os.close(log)
     print(f"spare actor (pid {os.getpid()}) takes the place of actor-{index}", flush=True)
     return actor_main(run, load_run_config(run.config), index)
+
+
+def _write_log_of(run: RunDir, line: str) -> int | None:
+    """The index on ``line`` (None: empty, not needed); from here on this process writes that actor's log."""
+    if not line.strip():
+        return None
+    index = int(line)
+    log = os.open(run.log(f"actor-{index}"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(log, sys.stdout.fileno())
+    os.dup2(log, sys.stderr.fileno())
+    os.close(log)
+    return index
 
 
 if __name__ == "__main__":
