@@ -31,7 +31,6 @@ After the last kill the run goes on to its time budget and stops by itself. Then
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import signal
@@ -45,15 +44,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import ROBOLEARN, goal, run_command, spread, write_result  # noqa: E402
 
+from robolearn.logging.status import read_json  # noqa: E402
+
 EVAL_SEED = 900_000  # never used by a training episode of these runs (their seeds are episode ids)
 MAX_REJOIN_S = 5.0
 
 
 def _read(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):  # not written yet, or being replaced
-        return {}
+    return read_json(path) or {}  # {}: not written yet, or being replaced
 
 
 class Recovery:

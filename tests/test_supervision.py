@@ -3,7 +3,6 @@ directory without a config) is a crash loop and is restarted with growing back-o
 within the window; a killed actor's place taken by the spare actor; the weights an actor keeps for its replacement;
 the version floor of a restarted learner."""
 
-import json
 import os
 import signal
 import time
@@ -12,6 +11,7 @@ import torch
 
 from robolearn.actor.weights_cache import WeightsCache
 from robolearn.hardware.resources import LeaseManager
+from robolearn.logging.status import read_json
 from robolearn.rundir import RunDir
 from robolearn.runtime.local import LocalRuntimeConfig
 from robolearn.runtime.supervisor import Supervisor, WorkerProcess
@@ -19,10 +19,7 @@ from tests.helpers import fast_run_overrides, start_robolearn, wait_for
 
 
 def _json(path):
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):  # not written yet, or being replaced
-        return {}
+    return read_json(path) or {}  # {}: not written yet
 
 
 def test_a_process_that_dies_before_it_is_ready_is_restarted_with_growing_back_off(tmp_path):
