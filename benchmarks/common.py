@@ -148,12 +148,13 @@ def run_until_success(overrides: list[str], name: str, workdir: Path, target: fl
 def run_with_snapshots(overrides: list[str], name: str, workdir: Path, minutes: float, target: float,
                        label: str = "", stop_at: float | None = None) -> tuple[list[dict], dict]:
     """One ``robolearn run <overrides>`` of up to ``minutes``, its checkpoints copied aside as the learner writes
-    them ([{"minutes", "dir"}], minutes since the command was launched, so start-up counts; with the one written
-    as the run stopped, unless that was after ``minutes``), and the run's record from ``run_until_success``
-    (``reached``: when the rolling training success first reached ``target``, or ``stop_at`` when given).
+    them ([{"minutes", "dir", "env_steps"}], minutes since the command was launched, so start-up counts, and the
+    learner's env-step count when it was copied; with the one written as the run stopped, unless that was after
+    ``minutes``), and the run's record from ``run_until_success`` (``reached``: when the rolling training success
+    first reached ``target``, or ``stop_at`` when given).
     ``stop_at``: stop the run once the rolling training success reaches this (None: run the whole ``minutes``)."""
     run_dir = workdir / "runs" / name
-    ckpt = run_dir / "checkpoints" / "latest.pt"
+    ckpt, metrics = run_dir / "checkpoints" / "latest.pt", run_dir / "metrics.jsonl"
     snapshots: list[dict] = []
     seen_mtime, launched = [0.0], [time.time()]
 
@@ -167,7 +168,13 @@ def run_with_snapshots(overrides: list[str], name: str, workdir: Path, minutes: 
             # the time of what was copied (copy2 keeps its mtime), not of what was seen: the learner may have
             # replaced it in between
             seen_mtime[0] = Path(copied).stat().st_mtime
-            snapshots.append({"minutes": (seen_mtime[0] - t0) / 60, "dir": snap})
+            snapshots.append({"minutes": (seen_mtime[0] - t0) / 60, "dir": snap, "env_steps": learner_env_steps()})
+
+    def learner_env_steps() -> int | None:
+        """The env steps in the learner's latest metrics line (written each second): about the checkpoint's."""
+        lines = metrics.read_text().splitlines() if metrics.exists() else []
+        return json.loads(lines[-1])["env_steps"] if lines and lines[-1].endswith("}") else None
+
 
     run = run_until_success(overrides, name, workdir, target if stop_at is None else stop_at, minutes,
                             label=label or name, stop=stop_at is not None, each_second=copy_a_new_checkpoint)
@@ -191,7 +198,8 @@ def first_evaluated_at(snapshots: list[dict], target: float, episodes: int, seed
     def score(i: int) -> float:
         if i not in evaluated:
             result = eval_success(snapshots[i]["dir"], episodes, seed)
-            evaluated[i] = {"copy": i, "minutes": round(snapshots[i]["minutes"], 3), "success": result["success_rate"],
+            evaluated[i] = {"copy": i, "minutes": round(snapshots[i]["minutes"], 3),
+                            "env_steps": snapshots[i].get("env_steps"), "success": result["success_rate"],
                             "mean_return": round(result["mean_return"], 3),
                             "policy_version": result["policy_version"]}
         return evaluated[i]["success"]
