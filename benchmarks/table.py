@@ -27,7 +27,7 @@ END = "<!-- end of results table -->"
 
 def _value(v: object) -> str:
     if isinstance(v, float):
-        return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+        return f"{v:.4g}" if abs(v) < 1000 else f"{v:,.0f}"
     return "none" if v is None else str(v)
 
 
