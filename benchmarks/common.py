@@ -175,7 +175,6 @@ def run_with_snapshots(overrides: list[str], name: str, workdir: Path, minutes: 
         lines = metrics.read_text().splitlines() if metrics.exists() else []
         return json.loads(lines[-1])["env_steps"] if lines and lines[-1].endswith("}") else None
 
-
     run = run_until_success(overrides, name, workdir, target if stop_at is None else stop_at, minutes,
                             label=label or name, stop=stop_at is not None, each_second=copy_a_new_checkpoint)
     if run["exit_code"] != 0:
