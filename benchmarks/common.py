@@ -101,11 +101,13 @@ def eval_success(run_dir: Path, episodes: int, seed: int) -> dict:
 
 
 def run_until_success(overrides: list[str], name: str, workdir: Path, target: float, cap_minutes: float,
-                      label: str = "", stop: bool = True, each_second: Callable[[float], None] | None = None) -> dict:
+                      label: str = "", stop: bool = True,
+                      each_second: Callable[[float, dict], None] | None = None) -> dict:
     """Launch ``robolearn run <overrides>`` and watch its learner metrics each second; when success over the
     last 50 episodes first reaches ``target`` (with at least 50 episodes) stop it with SIGINT, as a person
     would (``stop=False``: let it run to ``cap_minutes``). Minutes count from launching the command (start-up
-    included). ``each_second`` is called with the launch time after each look."""
+    included). ``each_second`` is called each second with the launch time and the learner's latest metrics record
+    read so far ({} before the first)."""
     metrics = workdir / "runs" / name / "metrics.jsonl"
     log_path = workdir / f"{name}.log"  # a file, not a pipe: nobody reads a pipe while the run goes, and it fills
     t0 = time.time()
@@ -117,7 +119,7 @@ def run_until_success(overrides: list[str], name: str, workdir: Path, target: fl
     while proc.poll() is None:
         time.sleep(1.0)
         if each_second is not None:
-            each_second(t0)
+            each_second(t0, last)
         if not metrics.exists():
             continue
         for line in metrics.read_text().splitlines()[len(curve):]:
@@ -154,11 +156,11 @@ def run_with_snapshots(overrides: list[str], name: str, workdir: Path, minutes: 
     first reached ``target``, or ``stop_at`` when given).
     ``stop_at``: stop the run once the rolling training success reaches this (None: run the whole ``minutes``)."""
     run_dir = workdir / "runs" / name
-    ckpt, metrics = run_dir / "checkpoints" / "latest.pt", run_dir / "metrics.jsonl"
+    ckpt = run_dir / "checkpoints" / "latest.pt"
     snapshots: list[dict] = []
     seen_mtime, launched = [0.0], [time.time()]
 
-    def copy_a_new_checkpoint(t0: float) -> None:
+    def copy_a_new_checkpoint(t0: float, metrics_record: dict) -> None:
         launched[0] = t0
         if ckpt.exists() and ckpt.stat().st_mtime != seen_mtime[0]:
             snap = workdir / "snapshots" / name / f"{len(snapshots):03d}"
@@ -168,18 +170,15 @@ def run_with_snapshots(overrides: list[str], name: str, workdir: Path, minutes: 
             # the time of what was copied (copy2 keeps its mtime), not of what was seen: the learner may have
             # replaced it in between
             seen_mtime[0] = Path(copied).stat().st_mtime
-            snapshots.append({"minutes": (seen_mtime[0] - t0) / 60, "dir": snap, "env_steps": learner_env_steps()})
-
-    def learner_env_steps() -> int | None:
-        """The env steps in the learner's latest metrics line (written each second): about the checkpoint's."""
-        lines = metrics.read_text().splitlines() if metrics.exists() else []
-        return json.loads(lines[-1])["env_steps"] if lines and lines[-1].endswith("}") else None
+            # the learner writes a metrics line each second: its latest one read gives about the checkpoint's steps
+            snapshots.append({"minutes": (seen_mtime[0] - t0) / 60, "dir": snap,
+                              "env_steps": metrics_record.get("env_steps")})
 
     run = run_until_success(overrides, name, workdir, target if stop_at is None else stop_at, minutes,
                             label=label or name, stop=stop_at is not None, each_second=copy_a_new_checkpoint)
     if run["exit_code"] != 0:
         raise RuntimeError(f"robolearn run {' '.join(overrides)} exited with {run['exit_code']}")
-    copy_a_new_checkpoint(launched[0])  # the one written as the run stopped
+    copy_a_new_checkpoint(launched[0], run["final"])  # the one written as the run stopped
     return [s for s in snapshots if s["minutes"] <= minutes], run
 
 
