@@ -117,6 +117,17 @@ def test_two_stage_trunk_never_sees_the_mid_observation_and_the_head_does():
     assert not np.allclose(chunks[0].actions, chunks[1].actions)
     assert chunks[0].chunk_start == 12 and chunks[0].prefix_len == 1  # anchored at the mid tick
     np.testing.assert_allclose(chunks[0].actions[:1], prefix[2:3], atol=1e-6)
+    # the same with the mid observation in hand from the start (one call given both): still the trunk's features
+    # cannot depend on it, so nothing but the serving order keeps it from the trunk above
+    seen.clear()
+    direct = []
+    for shift in (0.0, 0.5):
+        torch.manual_seed(3)
+        direct.append(policy.predict_chunk({"state": first[None]}, prefix[None], np.array([3]),
+                                           mid_observations={"state": (first + shift)[None]},
+                                           mid_offsets=np.array([2])))
+    assert len(seen) == 2 and torch.equal(seen[0], seen[1])
+    assert not np.allclose(direct[0], direct[1])
     flops = policy.trunk_head_flops()
     assert flops["trunk"] > 0 and flops["head"] > 0 and 0 < flops["head_share"] < 1
 
