@@ -52,6 +52,7 @@ def test_recorded_demos_load_in_lerobot_and_act_trains_on_them(tmp_path):
     cfg = ACTConfig(input_features=inputs, output_features=outputs, chunk_size=5, n_action_steps=5, dim_model=32,
                     n_heads=2, dim_feedforward=64, n_encoder_layers=1, n_decoder_layers=1, latent_dim=8,
                     n_vae_encoder_layers=1, pretrained_backbone_weights=None, device="cpu")
+
     def normalised(batch: dict) -> dict:  # by the recorded dataset's own stats, as lerobot's processor does
         batch = dict(batch)
         for key in ("action", "observation.state"):
@@ -72,7 +73,7 @@ def test_recorded_demos_load_in_lerobot_and_act_trains_on_them(tmp_path):
     torch.manual_seed(0)
     policy = ACTPolicy(cfg)
     opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
-    for _ in range(10):  # epochs of the ten training episodes (one epoch leaves it worse than the constant)
+    for _ in range(10):  # epochs of the ten training episodes (after one it is no better than the constant)
         for batch in torch.utils.data.DataLoader(train, batch_size=16, shuffle=True):
             loss, _ = policy.forward(normalised(batch))
             opt.zero_grad()
