@@ -25,9 +25,12 @@ Part ``sb3``. Per env (the project's ``reach`` and ``push_cube``, gymnasium's ``
     sb3_default    ``stable_baselines3.SAC`` with its own defaults
     sb3_matched    SB3's SAC with robolearn's hyper-parameters where SB3 has them (actor and critic learning
                    rate, batch, gamma, tau, learning starts, initial temperature, target entropy -|A|/2, 2 x 256
-                   nets) and its observations normalised by running statistics (VecNormalize) as robolearn's
-                   policies normalise theirs. Differences that stay: SB3 has no LayerNorm critic, and its
-                   temperature learns at the one learning rate (1e-3; robolearn's 3e-4).
+                   nets) and its observations normalised by running statistics (VecNormalize). Differences
+                   that stay: robolearn scales a state element with finite bounds by those bounds (every element
+                   of reach's and push_cube's state; running statistics only for unbounded ones), SB3's
+                   VecNormalize standardises every element from data; SB3 has no LayerNorm critic; its
+                   temperature learns at the one learning rate (1e-3; robolearn's 3e-4); SB3 acts uniformly at
+                   random before learning starts, robolearn with its untrained policy.
 
 Each is scored at ``--marks`` evenly spaced env-step marks by a deterministic evaluation of 20 episodes on
 held-out seeds (success rate where the env reports success, else mean return). SB3's final figure F is the

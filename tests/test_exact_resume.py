@@ -26,11 +26,11 @@ ALGOS = {
 }
 
 
-def fill(learner: Learner, episodes: int = 6) -> None:
-    """Random-action reach episodes: some with interventions, one as a demo."""
-    rng = np.random.default_rng(0)
+def fill(learner: Learner, episodes: int = 6, first: int = 0) -> None:
+    """Random-action reach episodes (ids and seeds from ``first``): some with interventions, episode 0 a demo."""
+    rng = np.random.default_rng(first)
     env = build_task(learner.cfg)
-    for ep in range(episodes):
+    for ep in range(first, first + episodes):
         obs, _ = env.reset(seed=ep)
         w = TransitionWriter(env.observation_spec)
         for t in range(30):
@@ -57,7 +57,9 @@ def params(learner: Learner) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("algo", sorted(ALGOS))
 def test_resumed_learner_makes_the_uninterrupted_runs_next_update(tmp_path, algo):
-    cfg = validate(_cfg(task="reach", algo=algo.removesuffix("_gripper"), run_name="resume", **ALGOS[algo]))
+    # updates due from the first batch on (the prefetcher draws only while the schedule has one due)
+    cfg = validate(_cfg(task="reach", algo=algo.removesuffix("_gripper"), run_name="resume",
+                        **{"learner.learning_starts": "0", **ALGOS[algo]}))
     run = RunDir(tmp_path)
     a = Learner(run, cfg, stop=None)
     fill(a)

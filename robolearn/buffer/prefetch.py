@@ -10,15 +10,19 @@ from robolearn.buffer.samplers import NotEnoughData
 
 
 class Prefetcher:
-    """Calls ``sample()`` on a daemon thread and keeps up to ``depth`` batches ready.
+    """Calls ``sample()`` on a daemon thread and keeps up to ``depth`` batches ready, drawing only while
+    ``ready()`` says batches are wanted (the learner: while an update is due). A batch drawn earlier would come
+    from whatever the buffer held then: before ``learning_starts``, a handful of steps drawn again and again.
 
     ``get`` re-raises an exception from the sampler in the caller's thread, so a sampling error is
     never swallowed. Only ``NotEnoughData`` (the buffer is still too small for the request) is retried,
     after ``retry_s``; the consumer then sees ``queue.Empty`` from ``get`` until a batch is ready.
     """
 
-    def __init__(self, sample: Callable[[], dict], depth: int = 2, retry_s: float = 0.05) -> None:
+    def __init__(self, sample: Callable[[], dict], depth: int = 2, retry_s: float = 0.05,
+                 ready: Callable[[], bool] = lambda: True) -> None:
         self._sample = sample
+        self._ready = ready
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._retry_s = retry_s
@@ -27,6 +31,9 @@ class Prefetcher:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            if not self._ready():
+                self._stop.wait(self._retry_s)
+                continue
             try:
                 item = self._sample()
             except NotEnoughData:

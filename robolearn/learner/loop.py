@@ -161,8 +161,14 @@ class Learner:
         return batch_to(batch, self.device), rng_state
 
     def start_prefetch(self) -> Prefetcher | None:
+        """Batches drawn ahead on a thread (``learner.prefetch_batches`` of them), only while an update is due:
+        none before ``learning_starts`` (the first updates train on the buffer as it is then, not on the few
+        steps it held when the learner started), and none while the learner waits, caught up, for more steps."""
         depth = self.schedule.prefetch_batches
-        return Prefetcher(self._sample, depth) if depth else None
+        return Prefetcher(self._sample, depth, ready=self._update_due) if depth else None
+
+    def _update_due(self) -> bool:
+        return self.algo.num_updates < self._updates_due()
 
     def update_once(self, prefetch: Prefetcher | None = None) -> dict[str, float]:
         """Take the next batch and update. The generator state that follows the consumed batch is what a
@@ -210,7 +216,7 @@ class Learner:
         prefetch = self.start_prefetch()
         while not self.stop:
             self._ingest(receiver, max_messages=256)
-            if self.algo.num_updates < self._updates_due():
+            if self._update_due():
                 try:
                     metrics = self.update_once(prefetch)
                 except (queue.Empty, NotEnoughData):  # no batch ready yet: keep ingesting, watch the stop flag
