@@ -94,3 +94,24 @@ def test_the_learners_first_batch_is_drawn_after_learning_starts(tmp_path):
     prefetch.close()
     learner.buffer.close()
     assert drawn_at and min(drawn_at) >= 100, drawn_at
+
+
+def test_an_error_in_ready_reaches_the_consumer():
+    def ready():
+        raise KeyError("buffer table 'online'")
+
+    p = Prefetcher(lambda: {"n": 1}, depth=1, retry_s=0.01, ready=ready)
+    with pytest.raises(KeyError, match="online"):
+        p.get(timeout=5)
+    p.close()
+
+
+def test_a_get_wakes_a_thread_waiting_for_ready_at_once():
+    wanted = threading.Event()
+    p = Prefetcher(lambda: {"n": 1}, depth=1, retry_s=30.0, ready=wanted.is_set)  # it would look again in 30 s
+    time.sleep(0.1)
+    wanted.set()
+    t0 = time.monotonic()
+    assert p.get(timeout=5) == {"n": 1}
+    assert time.monotonic() - t0 < 2.0
+    p.close()

@@ -14,9 +14,11 @@ class Prefetcher:
     ``ready()`` says batches are wanted (the learner: while an update is due). A batch drawn earlier would come
     from whatever the buffer held then: before ``learning_starts``, a handful of steps drawn again and again.
 
-    ``get`` re-raises an exception from the sampler in the caller's thread, so a sampling error is
+    ``get`` re-raises an exception from the sampler or from ``ready`` in the caller's thread, so an error is
     never swallowed. Only ``NotEnoughData`` (the buffer is still too small for the request) is retried,
-    after ``retry_s``; the consumer then sees ``queue.Empty`` from ``get`` until a batch is ready.
+    after ``retry_s``; the consumer then sees ``queue.Empty`` from ``get`` until a batch is ready. A thread
+    waiting for ``ready`` looks again at once when ``get`` is called (the caller wants a batch now), else every
+    ``retry_s``.
     """
 
     def __init__(self, sample: Callable[[], dict], depth: int = 2, retry_s: float = 0.05,
@@ -25,19 +27,21 @@ class Prefetcher:
         self._ready = ready
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by get() and close(): look again now
         self._retry_s = retry_s
         self._thread = threading.Thread(target=self._run, name="prefetch", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            if not self._ready():
-                self._stop.wait(self._retry_s)
-                continue
+            self._wake.clear()  # before looking: a get() from here on wakes the wait below
             try:
+                if not self._ready():
+                    self._wake.wait(self._retry_s)
+                    continue
                 item = self._sample()
             except NotEnoughData:
-                self._stop.wait(self._retry_s)
+                self._wake.wait(self._retry_s)
                 continue
             except Exception as exc:  # noqa: BLE001 -- not swallowed: get() re-raises it in the consumer
                 item = exc
@@ -49,6 +53,7 @@ class Prefetcher:
                     continue
 
     def get(self, timeout: float | None = None) -> dict:
+        self._wake.set()
         item = self._queue.get(timeout=timeout)
         if isinstance(item, Exception):
             raise item
@@ -56,4 +61,5 @@ class Prefetcher:
 
     def close(self) -> None:
         self._stop.set()
+        self._wake.set()
         self._thread.join(timeout=2)

@@ -161,9 +161,10 @@ class Learner:
         return batch_to(batch, self.device), rng_state
 
     def start_prefetch(self) -> Prefetcher | None:
-        """Batches drawn ahead on a thread (``learner.prefetch_batches`` of them), only while an update is due:
-        none before ``learning_starts`` (the first updates train on the buffer as it is then, not on the few
-        steps it held when the learner started), and none while the learner waits, caught up, for more steps."""
+        """Batches drawn ahead on a thread (up to ``learner.prefetch_batches`` queued, and one in hand), drawn only
+        while an update is due: none before ``learning_starts`` (the first updates train on the buffer as it is
+        then, not on the few steps it held when the learner started). Those drawn just before the learner caught
+        up wait, queued, for the next updates due: they lack the steps that came in between."""
         depth = self.schedule.prefetch_batches
         return Prefetcher(self._sample, depth, ready=self._update_due) if depth else None
 
