@@ -1,10 +1,12 @@
 """The GUI's parts without a browser: the page's commands are validated, the browser as a teleop device lets go by
 itself 150 ms after the last hold, a world point projects onto its own pixels in a rendered sim frame, and the
-frame and command channel carries what it is given and nothing malformed, and a robot's feed takes a frame only when
-it can draw it at once."""
+frame and command channel carries what it is given and nothing malformed, a robot's feed takes a frame only when
+it can draw it at once, and its help request stands only on this episode's uncertainty, measured by a feed that is
+still alive."""
 
 from __future__ import annotations
 
+import threading
 import time
 from types import SimpleNamespace
 
@@ -184,3 +186,77 @@ def test_a_frame_never_waits_behind_another_or_behind_the_uncertainty(tmp_path, 
     assert len(sent) >= 5 and bool(measurements) == measured, (len(sent), len(measurements))
     delays = [out - taken for taken, out in sent]
     assert max(delays) < 1.5 * draw_s, [round(d, 3) for d in delays]
+
+
+def _help_feed(tmp_path, ctx: zmq.Context, uncertainty) -> GuiFeed:
+    """A feed on an 8-px camera robot that asks for help above 0.3 and holds for it (measures before drawing)."""
+    state = ArraySpec((2,), low=(-1.0, -1.0), high=(1.0, 1.0), names=("a.pos", "b.pos"))
+    spec = ObservationSpec({"state": state, "front": ArraySpec((8, 8, 3), dtype="uint8")})
+    robot = SimpleNamespace(observation_spec=ObservationSpec({"state": state}))
+    env = SimpleNamespace(observation_spec=spec, robot=robot)
+    feed = GuiFeed(GuiConfig(fps=60, help_threshold=0.3, help_holds=True), RunDir(tmp_path), "robot-1", env, ctx,
+                   None, lambda: "policy", lambda: "", lambda tick: (np.zeros((0, 2)), 0), lambda command: None,
+                   uncertainty)
+    feed._push.send = lambda info, jpeg: None
+    return feed
+
+
+def _pump_until(feed: GuiFeed, done, timeout_s: float = 5.0) -> None:
+    end = time.monotonic() + timeout_s
+    while not done() and time.monotonic() < end:
+        feed.pump()
+        time.sleep(0.005)
+    assert done()
+
+
+OBS = {"state": np.zeros(2, np.float32), "front": np.zeros((8, 8, 3), np.uint8)}
+
+
+def test_the_last_episodes_uncertainty_does_not_ask_for_help_in_the_next(tmp_path):
+    """A chunk of episode 0 is still being measured (high) when episode 1 begins: its value, written after, is not
+    episode 1's, so the robot is not held for it."""
+    release, measuring = threading.Event(), threading.Event()
+
+    def uncertainty(obs: dict) -> float:
+        measuring.set()
+        release.wait(5)
+        return 0.9
+
+    ctx = zmq.Context()
+    feed = _help_feed(tmp_path, ctx, uncertainty)
+    try:
+        feed.on_episode_start(0, 0, OBS)
+        feed.on_chunk(0, np.zeros((1, 2)))
+        _pump_until(feed, measuring.is_set)
+        feed.on_episode_start(1, 1, OBS)  # the measurement of episode 0's chunk is still running
+        release.set()
+        _pump_until(feed, lambda: feed._measured is not None)
+        assert feed.uncertainty is None and not feed.asks_for_help
+        feed.on_chunk(0, np.zeros((1, 2)))  # episode 1's own chunk, as uncertain: that one asks
+        _pump_until(feed, lambda: feed.asks_for_help)
+        assert feed.uncertainty == 0.9
+    finally:
+        release.set()
+        feed.close()
+        ctx.term()
+
+
+def test_a_failed_feed_leaves_no_help_request_holding_the_robot(tmp_path):
+    """The help request stands on a high uncertainty; then the feed's thread fails (its next frame cannot be
+    encoded): no measurement can lower the value any more, so it no longer asks (the robot acts on)."""
+    ctx = zmq.Context()
+    feed = _help_feed(tmp_path, ctx, lambda obs: 0.9)
+    try:
+        feed.on_episode_start(0, 0, OBS)
+        feed.on_chunk(0, np.zeros((1, 2)))
+        _pump_until(feed, lambda: feed.asks_for_help)
+
+        def broken_jpeg(image: np.ndarray) -> bytes:
+            raise OSError("encoder gone")
+
+        feed._jpeg = broken_jpeg
+        _pump_until(feed, lambda: feed.failure is not None)
+        assert not feed.asks_for_help and feed.uncertainty is None
+    finally:
+        feed.close()
+        ctx.term()

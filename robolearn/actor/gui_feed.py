@@ -87,7 +87,7 @@ class GuiFeed:
         self.dismissed = False  # the person dismissed the robot's help request (until its uncertainty drops)
         self.episode = self.step = self.tick = 0
         self.obs: dict[str, np.ndarray] | None = None
-        self.uncertainty: float | None = None   # written by the feed's thread
+        self._measured: tuple[int, float] | None = None  # (episode, uncertainty): replaced whole by the feed's thread
         self._chunk_obs: dict | None = None
         self.classifier_p: float | None = None
         self._executed: deque[np.ndarray] = deque(maxlen=EXECUTED_POINTS)
@@ -96,14 +96,14 @@ class GuiFeed:
         self.command_delays: deque[float] = deque(maxlen=500)  # the page's stamp -> taken here (s)
         self._queue: queue.Queue[_Capture | None] = queue.Queue(maxsize=1)
         self._busy = threading.Event()  # set from a capture until its frame is sent and its chunk measured
-        self._thread = threading.Thread(target=self._work, name=f"gui-feed-{robot_id}", daemon=True)
-        self._thread.start()
         self.failure: BaseException | None = None  # the feed thread's error: the page goes dark, the robot acts on
+        self._thread = threading.Thread(target=self._work, name=f"gui-feed-{robot_id}", daemon=True)
+        self._thread.start()  # after every attribute it reads or writes is set
 
     # --- EpisodeLoop subscriber
     def on_episode_start(self, episode_id: int, seed: int, obs: dict[str, np.ndarray]) -> None:  # noqa: ARG002
         self.episode, self.step, self.obs = episode_id, 0, obs
-        self.dismissed, self.uncertainty, self._chunk_obs = False, None, None
+        self.dismissed, self._chunk_obs = False, None  # the uncertainty measured before is the last episode's
         self._executed.clear()
         self.pump()
 
@@ -118,6 +118,16 @@ class GuiFeed:
         control thread: several sampled chunks cost several forward passes)."""
         if self.measure_uncertainty is not None and self.obs is not None:
             self._chunk_obs = self.obs
+
+    @property
+    def uncertainty(self) -> float | None:
+        """The policy's uncertainty at this episode's newest measured chunk. None before one is measured (a
+        measurement of the last episode's chunk that ends after this one began is not this episode's), and once the
+        feed's thread has failed: no value of it can drop any more, and the robot acts on without its tile."""
+        measured = self._measured  # one read: the feed's thread replaces the pair whole
+        if measured is None or measured[0] != self.episode or self.failure is not None:
+            return None
+        return measured[1]
 
     @property
     def asks_for_help(self) -> bool:
@@ -199,10 +209,10 @@ class GuiFeed:
                 # holds for help (gui.help_holds): there the measurement is what stops the robot
                 measure_first = self.gui.help_holds
                 if capture.chunk_obs is not None and measure_first:
-                    self._measure(capture.chunk_obs)
+                    self._measure(capture.info["episode"], capture.chunk_obs)
                 view = self._draw(capture, view)
                 if capture.chunk_obs is not None and not measure_first:
-                    self._measure(capture.chunk_obs)
+                    self._measure(capture.info["episode"], capture.chunk_obs)
                 self._busy.clear()
         except Exception as exc:  # noqa: BLE001 - printed and in the status: the robot goes on, its tile goes dark
             self.failure = exc
@@ -232,8 +242,8 @@ class GuiFeed:
             self._push.send(info, self._jpeg(image))
         return view
 
-    def _measure(self, obs: dict[str, np.ndarray]) -> None:
-        self.uncertainty = self.measure_uncertainty(obs)
+    def _measure(self, episode: int, obs: dict[str, np.ndarray]) -> None:
+        self._measured = (episode, self.measure_uncertainty(obs))
         if not self.asks_for_help:
             self.dismissed = False  # a later request is a new one
 
