@@ -16,6 +16,8 @@ def test_default_config_validates_to_typed_groups():
     cfg = validate(_cfg())
     assert cfg.task.name == "reach" and cfg.algo.name == "sac" and cfg.runtime.host == "127.0.0.1"
     assert cfg.algo.num_critics == 2 and cfg.policy.chunk_horizon == 1
+    assert cfg.robot.max_relative_target is None
+    assert validate(_cfg(**{"robot.max_relative_target": "6"})).robot.max_relative_target == 6.0
 
 
 @pytest.mark.parametrize("key, value, match", [
@@ -27,6 +29,7 @@ def test_default_config_validates_to_typed_groups():
     ("budget.minutes", "-1", "budget.minutes"),
     ("runtime.host", "0.0.0.0", "runtime.host='0.0.0.0' is not a loopback"),
     ("runtime.mid_timeout_s", "0", "runtime.mid_timeout_s must be a number > 0"),
+    ("robot.max_relative_target", "0", "robot.max_relative_target must be > 0"),
     ("runtime.mid_timeout_s", "nan", "runtime.mid_timeout_s must be a number > 0"),
 ])
 def test_bad_values_name_the_key(key, value, match):

@@ -120,3 +120,54 @@ def test_robot_cameras_are_lerobot_opencv_cameras_in_the_observation_spec(tmp_pa
     assert spec.shape == (48, 64, 3) and spec.dtype == "uint8" and not robot.is_connected
     with pytest.raises(ValueError, match="robot.cameras"):
         LerobotRobot(LerobotRobotConfig(port="/dev/fake-ttyACM0", cameras={"wrist": {"no_such_field": 1}}))
+
+
+def test_max_relative_target_holds_each_goal_near_the_present_position_on_the_real_arm_and_its_twin(servos,
+                                                                                                   tmp_path):
+    """lerobot's own clamp on the real follower (over the fake bus: its servos reach a goal at once) and the same
+    rule in the sim twin: a goal 30 deg away goes out 10 deg from where the joint is."""
+    _calibrated_robot(tmp_path)
+    real = LerobotRobot(LerobotRobotConfig(port="/dev/fake-ttyACM0", calibration_dir=str(tmp_path),
+                                           max_relative_target=10.0))
+    real.connect()
+    try:
+        target = np.array([30.0, 0, 0, 0, 0, 50.0], np.float32)
+        first = real.send_action(target)
+        assert first[0] == pytest.approx(10.0, abs=0.2)  # the gripper's 50 is where it is: unchanged
+        assert first[5] == pytest.approx(50.0, abs=0.2) and first[1] == pytest.approx(0.0, abs=0.2)
+        assert real.send_action(target)[0] == pytest.approx(20.0, abs=0.3)  # from where it now is
+    finally:
+        real.disconnect()
+    sim = SimSO101(SimSO101Config(max_relative_target=10.0))
+    sim.connect()
+    present = sim.joint_positions()
+    sent = sim.send_action(present + np.array([30.0, 0, 0, 0, 0, 0], np.float32))
+    np.testing.assert_allclose(sent, present + np.array([10.0, 0, 0, 0, 0, 0], np.float32), atol=1e-3)
+    with pytest.raises(ValueError, match="max_relative_target"):
+        SimSO101Config(max_relative_target=0.0)
+    with pytest.raises(ValueError, match="max_relative_target"):
+        LerobotRobotConfig(max_relative_target=-1.0)
+
+
+def test_a_target_pushed_into_the_table_stays_within_max_relative_target_of_the_arm():
+    """push_cube with random full-range actions drives the hand into the table: without the setting the servo
+    targets run far ahead of joints that cannot follow (a wind-up the state does not show); with it, every target
+    stays within 6 deg of where the arm was when it was sent."""
+    from robolearn.sim.cube_tasks import PushCubeEnv
+
+    def largest_lead(robot: SimSO101Config) -> float:
+        env, rng, lead = PushCubeEnv(robot=robot), np.random.default_rng(0), 0.0
+        for ep in range(3):
+            env.reset(seed=ep)
+            done = False
+            while not done:
+                before = env.robot.joint_positions()
+                action = env.action_spec.to_robot(rng.uniform(-1, 1, env.action_spec.dim).astype(np.float32))
+                _, _, terminated, truncated, _ = env.step(action)
+                lead = max(lead, float(np.abs(env.robot.commanded_positions() - before).max()))
+                done = terminated or truncated
+        env.close()
+        return lead
+
+    assert largest_lead(SimSO101Config()) > 20.0
+    assert largest_lead(SimSO101Config(max_relative_target=6.0)) <= 6.0 + 1e-3

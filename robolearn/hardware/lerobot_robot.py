@@ -39,10 +39,14 @@ class LerobotRobotConfig:
                                         # holding the last command while powered (an arm that would fall)
     cameras: dict[str, Any] = field(default_factory=dict)   # name -> lerobot OpenCVCameraConfig fields, e.g.
                                         # {wrist: {index_or_path: /dev/video0, width: 640, height: 480, fps: 30}}
+    max_relative_target: float | None = None  # lerobot's own: each goal held within this of the present position
+                                        # (read from the bus before every command); None: only the joint limits
 
     def __post_init__(self) -> None:
         if self.on_disconnect not in ("torque_off", "hold"):
             raise ValueError(f"robot.on_disconnect must be torque_off or hold, got {self.on_disconnect!r}")
+        if self.max_relative_target is not None and not self.max_relative_target > 0:
+            raise ValueError(f"robot.max_relative_target must be > 0 (or null: off), got {self.max_relative_target}")
 
 
 def import_device_modules(package) -> None:
@@ -85,6 +89,10 @@ def make_lerobot_robot(config: LerobotRobotConfig):
             kwargs["cameras"] = {name: OpenCVCameraConfig(**spec) for name, spec in config.cameras.items()}
         except (TypeError, ValueError) as exc:
             raise ValueError(f"robot.cameras: {exc}") from None
+    if config.max_relative_target is not None:
+        if "max_relative_target" not in cfg_cls.__dataclass_fields__:
+            raise ValueError(f"robot.max_relative_target: lerobot's {config.type} has no such setting")
+        kwargs["max_relative_target"] = float(config.max_relative_target)
     if "disable_torque_on_disconnect" in cfg_cls.__dataclass_fields__:
         kwargs["disable_torque_on_disconnect"] = config.on_disconnect == "torque_off"
     elif config.on_disconnect == "hold":

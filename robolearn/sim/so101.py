@@ -29,6 +29,12 @@ class SimSO101Config:
     name: str = "sim_so101"
     control_hz: float = 25.0
     model: str = "so101_arm.xml"  # file in robolearn/sim/assets, or an absolute path
+    max_relative_target: float | None = None  # as lerobot's so101_follower: each command held within this of the
+                                              # measured position (robot units); None: only the joint limits
+
+    def __post_init__(self) -> None:
+        if self.max_relative_target is not None and not self.max_relative_target > 0:
+            raise ValueError(f"robot.max_relative_target must be > 0 (or null: off), got {self.max_relative_target}")
 
 
 def arm_xml(model: str = "so101_arm.xml") -> str:
@@ -107,7 +113,13 @@ class SimSO101(RobotSpecs):
         return {"state": np.concatenate([pos, vel]).astype(np.float32)}
 
     def send_action(self, action: np.ndarray) -> np.ndarray:
+        """Limits first, then (``max_relative_target``) within reach of where the joints are: a target pushed into
+        the table or the cube would otherwise run on ahead of an arm that cannot follow, unseen in its state."""
         sent = safe_action(action, self._action_spec)
+        if self.config.max_relative_target is not None:
+            present = self.joint_positions()
+            lead = self.config.max_relative_target
+            sent = np.clip(sent, present - lead, present + lead).astype(np.float32)
         self.data.ctrl[self._act_idx] = self.to_radians(sent)
         mujoco.mj_step(self.model, self.data, nstep=self.n_substeps)
         return sent
