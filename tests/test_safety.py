@@ -169,3 +169,16 @@ def test_what_the_robot_executed_is_what_the_episode_loop_records(tmp_path):
         assert np.all(np.abs(step.action) <= 2.0 + 1e-3) and step.fields["intervention"], step.action
     np.testing.assert_allclose(human.executed, record.steps[-1].action)  # the teleop is told the same
     env.close()
+
+
+def test_the_guard_counts_the_commands_its_driver_clamped(tmp_path):
+    """robot.max_relative_target: the driver sends less than the guard asked; the guard counts it and goes on from
+    what was sent."""
+    arm = SimSO101(SimSO101Config(control_hz=HZ, max_relative_target=1.0))
+    arm.reset_to(np.array([0.0, -30.0, 30.0, 0.0, 0.0, 20.0], np.float32))
+    g = guard(arm, tmp_path, max_speed=500.0)  # 10 deg per tick at 50 Hz: more than the driver lets through
+    g.send_action(np.array([5.0, -30, 30, 0, 0, 20], np.float32))
+    assert g.counts.clamped_by_driver == 1 and arm.commanded_positions()[0] == pytest.approx(1.0, abs=0.05)
+    g.send_action(np.array([0.5, -30, 30, 0, 0, 20], np.float32))  # within reach: not clamped
+    assert g.counts.clamped_by_driver == 1
+    arm.disconnect()

@@ -132,8 +132,8 @@ class GuiFeed:
     @property
     def asks_for_help(self) -> bool:
         """The policy's uncertainty at its newest chunk is above ``gui.help_threshold`` (0: it never asks)."""
-        return bool(self.gui.help_threshold and self.uncertainty is not None
-                    and self.uncertainty > self.gui.help_threshold)
+        u = self.uncertainty  # one read: another thread may turn it to None (a new episode, a failed feed)
+        return bool(self.gui.help_threshold and u is not None and u > self.gui.help_threshold)
 
     def _joint_speed(self) -> float | None:
         """The fastest joint's speed now (robot units / s): the sim's state at once; a real robot's as of its last

@@ -13,6 +13,7 @@ adapter adds robolearn's contract on top:
 from __future__ import annotations
 
 import importlib
+import logging
 import pkgutil
 import time
 from dataclasses import dataclass, field
@@ -117,6 +118,17 @@ def _limits(bus, motor: str) -> tuple[float, float, str]:
     return -100.0, 100.0, "-100..100"
 
 
+class _DropClampWarnings(logging.Filter):
+    """lerobot logs every clamp of ``max_relative_target`` as a multi-line warning on the root logger, at the
+    control rate; the guard counts them instead (``safety.clamped_by_driver`` in the actor's status)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Relative goal position magnitude had to be clamped")
+
+
+_CLAMP_WARNINGS = _DropClampWarnings()
+
+
 class LerobotRobot(RobotSpecs):
     """HAL ``Robot`` over a lerobot robot with a motor bus (``robot.bus``)."""
 
@@ -124,6 +136,8 @@ class LerobotRobot(RobotSpecs):
         self.config = config
         self.name = config.name
         self.robot = robot if robot is not None else make_lerobot_robot(config)
+        if config.max_relative_target is not None and _CLAMP_WARNINGS not in logging.getLogger().filters:
+            logging.getLogger().addFilter(_CLAMP_WARNINGS)
         bus = self.robot.bus
         self.joints = [k.removesuffix(".pos") for k in self.robot.action_features]
         limits = [_limits(bus, j) for j in self.joints]

@@ -72,6 +72,7 @@ class SafetyCounts:
     commands: int = 0
     clipped_to_limits: int = 0
     clipped_speed: int = 0
+    clamped_by_driver: int = 0     # the driver sent less than asked (robot.max_relative_target: near the joints)
     rejected_non_finite: int = 0
     held_for_estop: int = 0
     held_for_watchdog: int = 0
@@ -271,4 +272,6 @@ class GuardedRobot:
         sent = np.asarray(self.robot.send_action(command), np.float32)
         # what the driver reports it sent (after its own clamp) is where the servos are told to be
         self._last = sent.copy() if sent.shape == command.shape else np.asarray(command, np.float32).copy()
+        if sent.shape == command.shape and np.abs(sent - command).max(initial=0.0) > 1e-3:
+            self.counts.clamped_by_driver += 1
         return sent
