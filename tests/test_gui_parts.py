@@ -141,6 +141,14 @@ def test_frames_and_commands_cross_the_channel(tmp_path):
         ctx.term()
 
 
+def _camera_env() -> SimpleNamespace:
+    """A robot with a two-joint state and an 8-px front camera, and no sim scene: the feed sends the camera's image."""
+    state = ArraySpec((2,), low=(-1.0, -1.0), high=(1.0, 1.0), names=("a.pos", "b.pos"))
+    spec = ObservationSpec({"state": state, "front": ArraySpec((8, 8, 3), dtype="uint8")})
+    robot = SimpleNamespace(observation_spec=ObservationSpec({"state": state}))
+    return SimpleNamespace(observation_spec=spec, robot=robot)
+
+
 @pytest.mark.parametrize("measured", [True, False], ids=["uncertainty-measured", "no-uncertainty"])
 def test_a_frame_never_waits_behind_another_or_behind_the_uncertainty(tmp_path, measured):
     """The feed takes a frame only when its thread is free, and measures the policy's uncertainty after a frame is
@@ -149,10 +157,7 @@ def test_a_frame_never_waits_behind_another_or_behind_the_uncertainty(tmp_path, 
     draws after it was taken; taken on time while the last one was still drawn, it would wait in the queue for up to
     a frame period, more with each frame (the second case, where nothing is measured, shows this alone)."""
     draw_s = 0.15
-    state = ArraySpec((2,), low=(-1.0, -1.0), high=(1.0, 1.0), names=("a.pos", "b.pos"))
-    spec = ObservationSpec({"state": state, "front": ArraySpec((8, 8, 3), dtype="uint8")})
-    robot = SimpleNamespace(observation_spec=ObservationSpec({"state": state}))  # no sim scene: the camera's image
-    env = SimpleNamespace(observation_spec=spec, robot=robot)
+    env = _camera_env()
     measurements = []
 
     def uncertainty(obs: dict) -> float:
@@ -190,13 +195,9 @@ def test_a_frame_never_waits_behind_another_or_behind_the_uncertainty(tmp_path, 
 
 def _help_feed(tmp_path, ctx: zmq.Context, uncertainty) -> GuiFeed:
     """A feed on an 8-px camera robot that asks for help above 0.3 and holds for it (measures before drawing)."""
-    state = ArraySpec((2,), low=(-1.0, -1.0), high=(1.0, 1.0), names=("a.pos", "b.pos"))
-    spec = ObservationSpec({"state": state, "front": ArraySpec((8, 8, 3), dtype="uint8")})
-    robot = SimpleNamespace(observation_spec=ObservationSpec({"state": state}))
-    env = SimpleNamespace(observation_spec=spec, robot=robot)
-    feed = GuiFeed(GuiConfig(fps=60, help_threshold=0.3, help_holds=True), RunDir(tmp_path), "robot-1", env, ctx,
-                   None, lambda: "policy", lambda: "", lambda tick: (np.zeros((0, 2)), 0), lambda command: None,
-                   uncertainty)
+    feed = GuiFeed(GuiConfig(fps=60, help_threshold=0.3, help_holds=True), RunDir(tmp_path), "robot-1",
+                   _camera_env(), ctx, None, lambda: "policy", lambda: "", lambda tick: (np.zeros((0, 2)), 0),
+                   lambda command: None, uncertainty)
     feed._push.send = lambda info, jpeg: None
     return feed
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from robolearn.hardware.robot import RobotSpecs, joint_specs, safe_action
+from robolearn.hardware.robot import RobotSpecs, check_max_relative_target, joint_specs, safe_action
 from robolearn.specs import ArraySpec, ObservationSpec
 
 
@@ -46,8 +46,7 @@ class LerobotRobotConfig:
     def __post_init__(self) -> None:
         if self.on_disconnect not in ("torque_off", "hold"):
             raise ValueError(f"robot.on_disconnect must be torque_off or hold, got {self.on_disconnect!r}")
-        if self.max_relative_target is not None and not self.max_relative_target > 0:
-            raise ValueError(f"robot.max_relative_target must be > 0 (or null: off), got {self.max_relative_target}")
+        check_max_relative_target(self.max_relative_target)
 
 
 def import_device_modules(package) -> None:

@@ -60,6 +60,12 @@ class RobotSpecs:
         return self._action_spec
 
 
+def check_max_relative_target(value: float | None) -> None:
+    """``robot.max_relative_target`` (both SO-101 configs): None (off) or a positive distance in robot units."""
+    if value is not None and not value > 0:
+        raise ValueError(f"robot.max_relative_target must be > 0 (or null: off), got {value}")
+
+
 def safe_action(action: np.ndarray, spec: ActionSpec) -> np.ndarray:
     """The one safety gate every driver applies: reject non-finite, clip to the robot's limits."""
     action = np.asarray(action, dtype=np.float32)

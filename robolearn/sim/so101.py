@@ -15,7 +15,7 @@ from importlib import resources
 import mujoco
 import numpy as np
 
-from robolearn.hardware.robot import RobotSpecs, joint_specs, safe_action
+from robolearn.hardware.robot import RobotSpecs, check_max_relative_target, joint_specs, safe_action
 
 JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
 UNITS = ["deg"] * 5 + ["0..100"]  # lerobot's so101_follower with use_degrees=True
@@ -33,8 +33,7 @@ class SimSO101Config:
                                               # measured position (robot units); None: only the joint limits
 
     def __post_init__(self) -> None:
-        if self.max_relative_target is not None and not self.max_relative_target > 0:
-            raise ValueError(f"robot.max_relative_target must be > 0 (or null: off), got {self.max_relative_target}")
+        check_max_relative_target(self.max_relative_target)
 
 
 def arm_xml(model: str = "so101_arm.xml") -> str:
