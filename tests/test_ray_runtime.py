@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 
 import pytest
 
@@ -83,6 +84,9 @@ def test_ray_places_actors_on_their_robots_nodes_restarts_them_and_survives_a_no
                  "each actor holding its own robot")
         wait_for(lambda: (read_json(run / "status" / "actor-0.json") or {}).get("env_steps", 0) > 100, 60,
                  "actor-0 acting")
+        # Ray starts these nodes' workers at niceness 15; the processes they host run as they would locally
+        assert [os.getpriority(os.PRIO_PROCESS, _running(run, name)["pid"]) for name in ("actor-0", "learner")] \
+            == [0, 5]
         # the learner holds the head's GPU; the actors hold none
         assert _running(run, "learner")["gpus"] == ["0"], _placement(run)
         assert [_running(run, f"actor-{i}")["gpus"] for i in range(2)] == [[], []]
@@ -167,7 +171,19 @@ def test_runtime_ray_starts_its_own_instance_and_runs_the_same_config(tmp_path):
     where = summary["placement"]["processes"]
     assert set(where) == {"learner", "actor-0", "actor-1"} and all(w["state"] == "exited (0)" for w in where.values())
     assert where["learner"]["node_id"] == summary["placement"]["driver_node"]
+    assert [where[name]["nice"] for name in ("actor-0", "actor-1", "learner")] == [0, 0, 0]  # the hosts' own
     assert all(a["env_steps"] > 0 for a in summary["actors"]) and not (run / "ray.json").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="lowering a niceness and dropping to another user need root")
+def test_a_ray_host_lowers_its_niceness_to_0_when_allowed_and_says_which_it_kept_when_not():
+    """What a robot's process inherits from its Ray host: Ray starts workers at niceness 15."""
+    probe = ("import os, sys; from robolearn.runtime.ray_hosts import _ordinary_priority; "  # imported as root
+             "os.nice(15); sys.argv[1] == 'user' and os.setuid(65534); "
+             "print(_ordinary_priority(), os.getpriority(os.PRIO_PROCESS, 0))")
+    for who, expected in (("root", "0 0"), ("user", "15 15")):  # 65534: nobody, who may only raise a niceness
+        out = subprocess.run([sys.executable, "-c", probe, who], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and out.stdout.split() == expected.split(), (who, out.stdout, out.stderr)
 
 
 @pytest.mark.slow  # a cluster of two nodes on 2 cores: about a minute

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from robolearn.logging.status import write_json_atomic
@@ -33,6 +34,19 @@ def node_ip() -> str:
     import ray
 
     return ray.util.get_node_ip_address()
+
+
+def _ordinary_priority() -> int:
+    """Put this Ray worker back at niceness 0 if it can, and say the niceness it has (what the process it starts
+    inherits). Ray starts its workers at ``worker_niceness`` (15 by default): a robot's control loop started from
+    one would yield the CPU to every ordinary process on its machine, Ray's own daemons included. Lowering a
+    niceness needs privilege (root, or RLIMIT_NICE); without it the niceness stays, and the driver says so with the
+    fix (``RAY_worker_niceness=0`` on that node's ``ray start``)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, 0)
+    except PermissionError:
+        pass  # reported through where(): the driver names the node and the fix
+    return os.getpriority(os.PRIO_PROCESS, 0)
 
 
 class ProcessHost:
@@ -55,13 +69,14 @@ class ProcessHost:
         self.gpus = [str(g) for g in ray.get_gpu_ids()]  # what Ray gave it (the learner: one, when it asks)
         if not self.gpus:  # Ray leaves CUDA_VISIBLE_DEVICES as it is for an actor given no GPU: the process sees
             os.environ["CUDA_VISIBLE_DEVICES"] = ""  # only the GPUs Ray gave it (learner.device=auto: the CPU)
+        self.nice = _ordinary_priority()  # before the start: the process inherits it
         self.proc = WorkerProcess(name, self.run, die_with_parent=True, cwd=None if self.remote else driver_cwd)
 
     def where(self) -> dict:
         import ray
 
         return {"node_id": ray.get_runtime_context().get_node_id(), "ip": node_ip(), "remote": self.remote,
-                "pid": self.proc.pid, "gpus": self.gpus}
+                "pid": self.proc.pid, "gpus": self.gpus, "nice": self.nice}
 
     def wait(self) -> int:
         return self.proc.popen.wait()
@@ -104,6 +119,11 @@ class RayProcess:
         if self._where is None and ray.wait([self._where_ref], timeout=0)[0]:
             try:
                 self._where = ray.get(self._where_ref)
+                if self._where.get("nice", 0) > 0:
+                    print(f"[runtime] {self.name} runs at niceness {self._where['nice']} on {self._where['ip']} "
+                          "(Ray's worker_niceness, which its host could not lower): every ordinary process there "
+                          "comes first. Start that node's Ray with RAY_worker_niceness=0 ray start ...",
+                          file=sys.stderr, flush=True)
             except ActorUnavailableError:  # a moment of unreachability: ask again
                 self._where_ref = self.handle.where.remote()
             except RayActorError:  # dead before it answered
