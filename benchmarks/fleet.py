@@ -5,7 +5,7 @@
 
 Each run is ``robolearn run task=reach actor.realtime=true runtime.policy_server=true runtime.num_actors=N
 runtime={local|ray} robot.control_hz=50 policy.chunk_horizon=10 actor.async_inference=true
-actor.chunking.margin=1`` (SAC from state;
+actor.chunking.margin=2`` (SAC from state;
 every robot a MuJoCo SO-101 paced at 50 Hz, asking the one policy server for chunks of 10 actions ahead of need,
 off the tick; the learner updating as it does in any run). Ray's instance is started by the run
 itself (no address), so its start-up is the run's. For each N the two runtimes alternate, ``--runs`` times,
@@ -16,6 +16,7 @@ step and lasts ``--window-s``; what is read in it comes from the processes' own 
     learner ingest          the learner's stored env steps in the window / window (steps/s)
     server batch size       the policy server's requests / batches over the run
     stalled ticks           ticks with no action to apply (also reported over the whole run, start-up included)
+    chunk utilisation       the share of each chunk's actions executed (whole run, median over the robots)
 and from the run's summary: policy lag p95 (versions between the weights that acted and the learner's newest,
 over every stored transition). The run is then stopped as on Ctrl-C.
 
@@ -40,14 +41,19 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).parent))
 from common import ROBOLEARN, goal, run_command, spread, write_result  # noqa: E402
 
 HZ = 50
 # chunks of 10 actions asked for ahead (latency-aware, off the tick): the product's own way to keep a 50 Hz loop fed;
-# one tick of slack on the planned delay (actor.chunking.margin): 8 loops on 2 cores answer late now and then, and
-# with no slack each late answer was a stalled tick (10-33 in a 40 s window)
-POLICY = ["policy.chunk_horizon=10", "actor.async_inference=true", "actor.chunking.margin=1"]
+# two ticks of slack on the planned delay (actor.chunking.margin): 8 loops on 2 cores answer late now and then, and
+# each answer later than the planned delay plus the slack is a stalled tick: with none, 10-33 in a 40 s window; with
+# one, 0-5 (an answer takes 3 ticks or more about once in 200-500 requests here); with two, none in 4 development
+# runs. The cost: a chunk is asked for a tick earlier, so a little more of the last one goes unused
+# (chunk_utilisation in the results)
+POLICY = ["policy.chunk_horizon=10", "actor.async_inference=true", "actor.chunking.margin=2"]
 
 
 def _status(run: Path, name: str, retry_s: float = 0.0) -> dict:
@@ -130,6 +136,9 @@ def one_run(work: Path, runtime: str, n: int, settle_s: float, window_s: float, 
               "policy_lag_p95": summary["policy_lag_p95"],
               "p99_period_error_ms": summary["p99_period_error_ms"],
               "server_mean_batch": round(server["requests"] / server["batches"], 2) if server.get("batches") else None,
+              # the share of each chunk's actions executed (whole run, median over robots): what the slack costs,
+              # since a chunk asked for earlier leaves more of the last one unused
+              "chunk_utilisation": float(np.median([last[a].get("chunk_utilisation", 0.0) for a in actors])),
               "updates_per_s": round(summary["updates_per_s"], 1), "acting_after_s": round(acting_after_s, 1),
               "wall_minutes": round(summary["wall_minutes"], 2)}
     shutil.rmtree(run, ignore_errors=True)  # buffers of 8 robots add up; the figures are above
@@ -161,7 +170,8 @@ def main() -> None:
             per_n.setdefault(str(n), {})[runtime] = {
                 key: spread([r[key] for r in rs])
                 for key in ("efficiency", "min_robot_efficiency", "learner_ingest_steps_per_s", "stalled_ticks",
-                            "stalled_ticks_whole_run", "policy_lag_p95", "server_mean_batch", "p99_period_error_ms")
+                            "stalled_ticks_whole_run", "policy_lag_p95", "server_mean_batch", "chunk_utilisation",
+                            "p99_period_error_ms")
                 if all(r[key] is not None for r in rs)}
     goals = []
     top = str(max(args.robots))
