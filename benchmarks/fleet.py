@@ -16,7 +16,7 @@ step and lasts ``--window-s``; what is read in it comes from the processes' own 
     learner ingest          the learner's stored env steps in the window / window (steps/s)
     server batch size       the policy server's requests / batches over the run
     stalled ticks           ticks with no action to apply (also reported over the whole run, start-up included)
-    chunk utilisation       the share of each chunk's actions executed (whole run, median over the robots)
+    chunk utilisation       the share of each chunk's actions executed (start to window end, median over robots)
 and from the run's summary: policy lag p95 (versions between the weights that acted and the learner's newest,
 over every stored transition). The run is then stopped as on Ctrl-C.
 
@@ -35,13 +35,12 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import ROBOLEARN, goal, run_command, spread, write_result  # noqa: E402
@@ -128,6 +127,9 @@ def one_run(work: Path, runtime: str, n: int, settle_s: float, window_s: float, 
     steps = {a: last[a].get("env_steps", 0) - first[a].get("env_steps", 0) for a in actors}
     stalled = sum(last[a].get("stalled_ticks", 0) - first[a].get("stalled_ticks", 0) for a in actors)
     server = summary.get("policy_server") or {}
+    # the share of each chunk's actions executed, from the start to the window's end: what the slack costs, since a
+    # chunk asked for earlier leaves more of the last one unused
+    used = [last[a]["chunk_utilisation"] for a in actors if "chunk_utilisation" in last[a]]
     result = {"runtime": runtime, "robots": n, "window_s": round(window, 2),
               "efficiency": round(sum(steps.values()) / (n * HZ * window), 4),
               "min_robot_efficiency": round(min(steps.values()) / (HZ * window), 4),
@@ -136,9 +138,7 @@ def one_run(work: Path, runtime: str, n: int, settle_s: float, window_s: float, 
               "policy_lag_p95": summary["policy_lag_p95"],
               "p99_period_error_ms": summary["p99_period_error_ms"],
               "server_mean_batch": round(server["requests"] / server["batches"], 2) if server.get("batches") else None,
-              # the share of each chunk's actions executed (whole run, median over robots): what the slack costs,
-              # since a chunk asked for earlier leaves more of the last one unused
-              "chunk_utilisation": float(np.median([last[a].get("chunk_utilisation", 0.0) for a in actors])),
+              "chunk_utilisation": round(statistics.median(used), 4) if len(used) == n else None,
               "updates_per_s": round(summary["updates_per_s"], 1), "acting_after_s": round(acting_after_s, 1),
               "wall_minutes": round(summary["wall_minutes"], 2)}
     shutil.rmtree(run, ignore_errors=True)  # buffers of 8 robots add up; the figures are above

@@ -36,17 +36,25 @@ def node_ip() -> str:
     return ray.util.get_node_ip_address()
 
 
-def _ordinary_priority() -> int:
-    """Put this Ray worker back at niceness 0 if it can, and say the niceness it has (what the process it starts
-    inherits). Ray starts its workers at ``worker_niceness`` (15 by default): a robot's control loop started from
-    one would yield the CPU to every ordinary process on its machine, Ray's own daemons included. Lowering a
-    niceness needs privilege (root, or RLIMIT_NICE); without it the niceness stays, and the driver says so with the
-    fix (``RAY_worker_niceness=0`` on that node's ``ray start``)."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, 0, 0)
-    except PermissionError:
-        pass  # reported through where(): the driver names the node and the fix
-    return os.getpriority(os.PRIO_PROCESS, 0)
+def _ordinary_priority() -> dict[str, int]:
+    """Lower this thread's niceness to its raylet's (the Ray worker's parent) if it can, and say what it found, what
+    it kept and what it aimed at: what a process it starts from this same thread inherits (on Linux a niceness
+    belongs to a thread, and a fork copies the forking thread's). Ray starts its workers ``worker_niceness`` (15 by
+    default) above the raylet: a robot's control loop started from one would yield the CPU to every ordinary process
+    on its machine, Ray's own daemons included. It only ever lowers (a raylet run at a negative niceness for real-time
+    control keeps it for its robots). Lowering needs privilege (root, or RLIMIT_NICE); without it the niceness stays,
+    and the driver says so with the fix (``RAY_worker_niceness=0`` on that node's ``ray start``)."""
+    found = os.getpriority(os.PRIO_PROCESS, 0)
+    aim = min(found, os.getpriority(os.PRIO_PROCESS, os.getppid()))
+    if found > aim:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, aim)
+        except PermissionError:
+            pass  # reported through where(): the driver names the node and the fix
+    return {"nice_from_ray": found, "nice": os.getpriority(os.PRIO_PROCESS, 0), "nice_of_raylet": aim}
+
+
+_warned_nodes: set[str] = set()  # the niceness warning is said once per node, not per process or restart
 
 
 class ProcessHost:
@@ -69,14 +77,14 @@ class ProcessHost:
         self.gpus = [str(g) for g in ray.get_gpu_ids()]  # what Ray gave it (the learner: one, when it asks)
         if not self.gpus:  # Ray leaves CUDA_VISIBLE_DEVICES as it is for an actor given no GPU: the process sees
             os.environ["CUDA_VISIBLE_DEVICES"] = ""  # only the GPUs Ray gave it (learner.device=auto: the CPU)
-        self.nice = _ordinary_priority()  # before the start: the process inherits it
+        self.nice = _ordinary_priority()  # on this thread, just before the start: the process inherits it
         self.proc = WorkerProcess(name, self.run, die_with_parent=True, cwd=None if self.remote else driver_cwd)
 
     def where(self) -> dict:
         import ray
 
         return {"node_id": ray.get_runtime_context().get_node_id(), "ip": node_ip(), "remote": self.remote,
-                "pid": self.proc.pid, "gpus": self.gpus, "nice": self.nice}
+                "pid": self.proc.pid, "gpus": self.gpus, **self.nice}
 
     def wait(self) -> int:
         return self.proc.popen.wait()
@@ -119,11 +127,13 @@ class RayProcess:
         if self._where is None and ray.wait([self._where_ref], timeout=0)[0]:
             try:
                 self._where = ray.get(self._where_ref)
-                if self._where.get("nice", 0) > 0:
-                    print(f"[runtime] {self.name} runs at niceness {self._where['nice']} on {self._where['ip']} "
-                          "(Ray's worker_niceness, which its host could not lower): every ordinary process there "
-                          "comes first. Start that node's Ray with RAY_worker_niceness=0 ray start ...",
-                          file=sys.stderr, flush=True)
+                where = self._where
+                if where["nice"] > where["nice_of_raylet"] and where["ip"] not in _warned_nodes:
+                    _warned_nodes.add(where["ip"])
+                    print(f"[runtime] {self.name} runs at niceness {where['nice']} on {where['ip']}, its raylet at "
+                          f"{where['nice_of_raylet']} (Ray's worker_niceness, which its host could not lower): "
+                          "every ordinary process there comes first. Start that node's Ray with "
+                          "RAY_worker_niceness=0 ray start ...", file=sys.stderr, flush=True)
             except ActorUnavailableError:  # a moment of unreachability: ask again
                 self._where_ref = self.handle.where.remote()
             except RayActorError:  # dead before it answered

@@ -303,10 +303,11 @@ def run_ray(cfg: RunConfig, run: RunDir) -> dict:
     import ray
 
     runtime: RayRuntimeConfig = cfg.runtime
-    started = {"num_cpus": runtime.num_cpus} if runtime.address is None else {}
+    # an instance started here runs its workers at niceness 0, not Ray's 15: the processes they host inherit it
+    # (ray_hosts._ordinary_priority lowers it where it may, on a cluster another started)
+    started = {"num_cpus": runtime.num_cpus, "_system_config": {"worker_niceness": 0}} if runtime.address is None \
+        else {}
     # no address: a new instance here ("local"), never one RAY_ADDRESS or an earlier ray start points at
-    if runtime.address is None:  # Ray's workers start at niceness 15; the processes they host must not (ray_hosts)
-        started["_system_config"] = {"worker_niceness": 0}
     ray.init(address=runtime.address or "local", include_dashboard=False, log_to_driver=False,
              configure_logging=False, namespace="robolearn", **started)
     try:
