@@ -261,12 +261,19 @@ class LeaseClient:
     def _new_socket(self) -> zmq.Socket:
         sock = limit_receive(self._ctx.socket(zmq.REQ), LEASE_LIMITS)
         sock.setsockopt(zmq.LINGER, 0)
+        # a send can block too: with no usable peer (a refused CURVE handshake drops the pipe) a REQ has nowhere to
+        # queue the request, and without this a client with the wrong keys waited forever instead of timing out
+        sock.setsockopt(zmq.SNDTIMEO, int(self.timeout_s * 1000))
         return connect(sock, self.endpoint, self.keys)
 
     def call(self, msg: dict) -> dict:
         with self._lock:
-            self._sock.send(msgpack.packb(msg))
-            if not self._sock.poll(int(self.timeout_s * 1000)):
+            try:
+                self._sock.send(msgpack.packb(msg))
+                answered = self._sock.poll(int(self.timeout_s * 1000))
+            except zmq.Again:  # the send timed out
+                answered = False
+            if not answered:
                 self._sock.close()
                 self._sock = self._new_socket()  # a REQ socket is stuck after a lost reply
                 raise TimeoutError(f"no answer from the lease manager at {self.endpoint}")
