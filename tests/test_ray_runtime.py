@@ -179,6 +179,33 @@ def test_runtime_ray_starts_its_own_instance_and_runs_the_same_config(tmp_path):
     assert all(a["env_steps"] > 0 for a in summary["actors"]) and not (run / "ray.json").exists()
 
 
+@pytest.mark.slow  # a cluster of two nodes on 2 cores: about a minute
+@pytest.mark.timeout(300)
+def test_the_actors_of_a_node_with_two_robots_both_run_there_each_leasing_its_own(tmp_path):
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    pc = cluster.add_node(num_cpus=1, labels={TYPE_LABEL: "sim_so101"},
+                          resources={robot_resource("sim-1"): 1, robot_resource("sim-2"): 1})
+    cluster.wait_for_nodes()
+    proc = start_robolearn(["run", *fast_run_overrides("pc", 1.0), "runtime=ray",
+                            f"runtime.address={cluster.address}"], cwd=tmp_path)
+    try:
+        out, _ = proc.communicate(timeout=240)
+        summary = json.loads((tmp_path / "runs" / "pc" / "summary.json").read_text())
+        assert proc.returncode == 0 and summary["ok"], out
+        assert "robots: sim-1 (" in out and "sim-2 (" in out, out
+        where = summary["placement"]["processes"]
+        assert where["actor-0"]["node_id"] == where["actor-1"]["node_id"] == pc.node_id, where
+        assert where["learner"]["node_id"] == summary["placement"]["driver_node"] != pc.node_id
+        assert sorted(a["robot_id"] for a in summary["actors"]) == ["sim-1", "sim-2"], summary["actors"]
+        assert all(a["env_steps"] > 0 for a in summary["actors"])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        cluster.shutdown()
+
+
 # a Ray host's niceness rule, run in a child of this test (its "raylet", at niceness 0): the child first takes the
 # niceness given (Ray's 15 above its raylet), then, with "unprivileged", gives up the right to lower it
 _NICENESS_PROBE = """
