@@ -5,17 +5,19 @@
 Part ``rlpd``. For ``push_cube`` and ``pick_cube``: the task's scripted expert records 20 demos with ``robolearn
 record`` (seeds 800000+, never evaluated on), then for each seed the real ``robolearn run`` (learner and actor
 processes, zmq, on-disk buffer) learns from them with the sim paced in real time at 50 Hz, as hardware would be
-(``actor.realtime=true``; the demos are recorded at the same 50 Hz), with the settings in ``RLPD`` below (half of
-each batch from the demos, LayerNorm critic ensemble) and ``algo.bc_weight=--bc-weight`` (0 by default: plain RLPD,
-no imitation term). Recording the demos is not counted in the minutes. Every checkpoint the learner writes is copied
-aside with the wall clock since the command was launched (start-up counts). After the run, and not while it competes
-for the CPU, the copies are evaluated in time order, deterministically, on 100 episodes from seeds 900000 + 1000 x
-seed: a seed's figure is the first copy that succeeds on >= 80% (searched one copy a minute, then refined inside
-that minute), among the copies written before the cap. The first of many noisy evaluations to pass is biased early,
-so the copy found is evaluated again on 100 other seeds (950000 + 1000 x seed) and that figure is reported beside
-it. A run stops at its cap or once its rolling *training* success (exploring) reaches 90%. Goals:
-``push_cube_minutes_to_80pct`` <= 20 and ``pick_cube_minutes_to_80pct`` <= 30, medians over seeds (a seed that never
-gets there counts as not reached), min/max beside them.
+(``actor.realtime=true``; the demos are recorded at the same 50 Hz and servo-target bound), with the settings in
+``RLPD`` below (half of each batch from the demos, LayerNorm critic ensemble, the learner updating as fast as it
+can: ``learner.utd_ratio=4`` is more than 2 cores reach at 50 Hz, about 1.6) and ``algo.bc_weight=--bc-weight`` (1.0
+by default: TD3+BC's imitation of the demo rows beside RLPD's losses; 0 is plain RLPD). Recording the demos is not
+counted in the minutes. ``--tasks`` runs part rlpd on some of the tasks (the others' goals stay unmeasured). Every
+checkpoint the learner writes is copied aside with the wall clock since the command was launched (start-up counts).
+After the run, and not while it competes for the CPU, the copies are evaluated in time order, deterministically, on
+100 episodes from seeds 900000 + 1000 x seed: a seed's figure is the first copy that succeeds on >= 80% (searched
+one copy a minute, then refined inside that minute), among the copies written before the cap. The first of many
+noisy evaluations to pass is biased early, so the copy found is evaluated again on 100 other seeds (950000 + 1000 x
+seed) and that figure is reported beside it. A run stops at its cap or once its rolling *training* success
+(exploring) reaches 90%. Goals: ``push_cube_minutes_to_80pct`` <= 20 and ``pick_cube_minutes_to_80pct`` <= 30,
+medians over seeds (a seed that never gets there counts as not reached), min/max beside them.
 
 Part ``sb3``. Per env (the project's ``reach`` and ``push_cube``, gymnasium's ``Reacher-v5`` and
 ``Pusher-v5``) and seed, the same env-step budget for three learners, interleaved per seed:
@@ -40,11 +42,15 @@ scored checkpoint had seen (a checkpoint is copied every 5 s, and the first one 
 Goal ``max_env_steps_ratio_vs_sb3`` <= 0.5: the worst env's robolearn / SB3 env steps, taken against each SB3
 variant and the worse of the two ratios kept. An env left out of ``--envs`` is not measured, and the goal then
 covers only the envs measured (the results file lists them).
+
+A part left out (``--part``) keeps the goals and details of the last invocation that ran it, each goal with the
+commit and date it was measured at.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -55,6 +61,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import (  # noqa: E402
+    RESULTS,
     ROBOLEARN,
     eval_success,
     first_evaluated_at,
@@ -65,12 +72,16 @@ from common import (  # noqa: E402
     write_result,
 )
 
+RESULT = RESULTS / "learn_tasks.json"
 DEMO_SEED, EVAL_SEED, CONFIRM_SEED = 800_000, 900_000, 950_000
 TARGET, STOP_AT = 0.8, 0.9
 RLPD_TASKS = {"push_cube": 20.0, "pick_cube": 30.0}  # task: goal minutes
 # robolearn's RLPD settings for the contact tasks (docs/algorithms.md, "SAC and RLPD"); the demo share is
 # algo.demo_ratio's default, 0.5
-RLPD = ["robot.control_hz=50", "actor.realtime=true", "learner.checkpoint_every_s=10"]
+# robot.max_relative_target: the servo targets stay within 6 deg of the joints (lerobot's so101_follower option), so
+# a hand pressed into the table or the cube does not wind up a lead the state does not show
+RLPD = ["robot.control_hz=50", "robot.max_relative_target=6", "actor.realtime=true", "learner.utd_ratio=4",
+        "learner.checkpoint_every_s=10"]
 SB3_ENVS = {"reach": 15_000, "push_cube": 60_000, "Reacher-v5": 20_000, "Pusher-v5": 60_000}  # env: env steps
 ROBOLEARN_TASK = {"reach": ["task=reach"], "push_cube": ["task=push_cube"],
                   "Reacher-v5": ["task=gym", "task.env_id=Reacher-v5"],
@@ -83,9 +94,9 @@ def record_demos(task: str, out: Path, episodes: int) -> None:
     """The task's scripted expert, at the robot rate the runs use (a demo at another rate is another action)."""
     import subprocess
 
-    hz = [o for o in RLPD if o.startswith("robot.control_hz=")]
+    robot = [o for o in RLPD if o.startswith("robot.")]  # the rate, and the servo-target bound the runs use
     subprocess.run([str(ROBOLEARN), "record", f"task={task}", f"episodes={episodes}", f"out={out}",
-                    f"seed={DEMO_SEED}", *hz], check=True, capture_output=True, text=True)
+                    f"seed={DEMO_SEED}", *robot], check=True, capture_output=True, text=True)
 
 
 def rlpd_seed(task: str, seed: int, demos: Path, cap: float, workdir: Path, episodes: int, bc_weight: float) -> dict:
@@ -109,6 +120,10 @@ def rlpd_seed(task: str, seed: int, demos: Path, cap: float, workdir: Path, epis
 def part_rlpd(args: argparse.Namespace, workdir: Path) -> tuple[list[dict], dict]:
     goals, details = [], {}
     for task, goal_minutes in RLPD_TASKS.items():
+        if task not in args.tasks:
+            goals.append(goal(f"{task}_minutes_to_80pct", None, "<=", goal_minutes))
+            details[task] = {"not_measured": "left out of --tasks in this invocation"}
+            continue
         demos = workdir / "demos" / task
         record_demos(task, demos, args.demos)
         cap = args.cap_minutes or goal_minutes * 1.5
@@ -270,6 +285,20 @@ def part_sb3(args: argparse.Namespace, workdir: Path) -> tuple[list[dict], dict]
             {"envs": per_env, "marks": args.marks, "eval_episodes": args.sb3_eval_episodes})
 
 
+def carried_over(previous: dict, part: str, unmeasured: list[dict], details: dict) -> list[dict]:
+    """The goals of a part this invocation does not run: those of the last invocation that ran it, each with the
+    commit and date it was measured at (and its details, under ``details[part]``), so that measuring one part does
+    not erase the other's figures; ``unmeasured`` (value None) when no earlier invocation measured it."""
+    names = {g["name"] for g in unmeasured}
+    kept = [g for g in previous.get("goals", []) if g["name"] in names and g.get("value") is not None]
+    if part not in previous or not kept:
+        return unmeasured
+    commit, date = previous.get("commit"), (previous.get("machine") or {}).get("date")
+    kept = [{**g, "commit": g.get("commit", commit), "date": g.get("date", date)} for g in kept]
+    details[part] = {**previous[part], "carried_over": "measured by an earlier invocation: each goal names its commit"}
+    return kept + [g for g in unmeasured if g["name"] not in {k["name"] for k in kept}]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", choices=["rlpd", "sb3", "all"], default="all")
@@ -277,7 +306,9 @@ def main() -> None:
     ap.add_argument("--demos", type=int, default=20, help="scripted demos per task (part rlpd)")
     ap.add_argument("--cap-minutes", type=float, default=0.0, help="each rlpd run's cap (0: 1.5 x its goal)")
     ap.add_argument("--eval-episodes", type=int, default=100, help="per rlpd checkpoint evaluation")
-    ap.add_argument("--bc-weight", type=float, default=0.0, help="algo.bc_weight of the rlpd runs (0: plain RLPD)")
+    ap.add_argument("--bc-weight", type=float, default=1.0, help="algo.bc_weight of the rlpd runs (0: plain RLPD)")
+    ap.add_argument("--tasks", nargs="+", default=list(RLPD_TASKS), choices=list(RLPD_TASKS),
+                    help="part rlpd's tasks (one left out: its goal is not measured)")
     ap.add_argument("--envs", nargs="+", default=list(SB3_ENVS), choices=list(SB3_ENVS))
     ap.add_argument("--budget-scale", type=float, default=1.0, help="x each env's env-step budget (part sb3)")
     ap.add_argument("--marks", type=int, default=10, help="evaluations per sb3-part run")
@@ -286,17 +317,19 @@ def main() -> None:
     if len(args.seeds) < 3:
         ap.error("--seeds needs at least 3 seeds (the figures are medians)")
     goals, details = [], {}
+    previous = json.loads(RESULT.read_text()) if RESULT.exists() else {}
     with tempfile.TemporaryDirectory() as tmp:
         if args.part in ("rlpd", "all"):
             g, details["rlpd"] = part_rlpd(args, Path(tmp))
             goals += g
         else:
-            goals += [goal(f"{t}_minutes_to_80pct", None, "<=", m) for t, m in RLPD_TASKS.items()]
+            goals += carried_over(previous, "rlpd", [goal(f"{t}_minutes_to_80pct", None, "<=", m)
+                                                     for t, m in RLPD_TASKS.items()], details)
         if args.part in ("sb3", "all"):
             g, details["sb3"] = part_sb3(args, Path(tmp))
             goals += g
         else:
-            goals.append(goal("max_env_steps_ratio_vs_sb3", None, "<=", 0.5))
+            goals += carried_over(previous, "sb3", [goal("max_env_steps_ratio_vs_sb3", None, "<=", 0.5)], details)
     not_measured = {"rlpd": "part rlpd not run in this invocation", "sb3": "part sb3 not run in this invocation"}
     path = write_result("learn_tasks", run_command(ap, args, "bench-learn-tasks", "learn_tasks.py"), goals,
                         seeds=args.seeds, eval_seed=EVAL_SEED, **details,

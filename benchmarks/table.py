@@ -44,8 +44,9 @@ def table() -> str:
         date = (result.get("machine") or {}).get("date", "not recorded")
         for g in result.get("goals", []):
             met = "yes" if g.get("met") else "**no**"
+            # a goal carried over from an earlier invocation that measured it names its own commit and date
             rows.append(f"| {result.get('benchmark', path.stem)} | `{g['name']}` | {_value(g.get('value'))} | "
-                        f"{g.get('target', '')} | {met} | {commit} | {date} |")
+                        f"{g.get('target', '')} | {met} | {g.get('commit', commit)} | {g.get('date', date)} |")
     return "\n".join(rows)
 
 

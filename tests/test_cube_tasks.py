@@ -8,6 +8,7 @@ from robolearn.sim.cube_tasks import (
     PickCubeColorConfig,
     PickCubeConfig,
     PickCubeEnv,
+    PushCubeConfig,
     PushCubeEnv,
 )
 from robolearn.sim.so101 import SimSO101Config
@@ -61,17 +62,31 @@ def test_observation_layout_and_specs():
     obs, info = env.reset(seed=5)
     env.observation_spec.validate(obs)
     names = env.observation_spec.arrays["state"].names
-    assert obs["state"].shape == (12 + 3 + 3 * 5 + 3,)
+    assert obs["state"].shape == (12 + 3 + 3 * (5 + 3) + 3,)
     assert names[-3:] == ("asked.red", "asked.green", "asked.blue")
     onehot = obs["state"][-3:]
     assert onehot.sum() == 1 and env.instruction == f"pick up the {env.cubes[int(onehot.argmax())]} cube"
     assert info["instruction"] == env.instruction
     i = names.index(f"cube_{env.target}.x")
     np.testing.assert_allclose(obs["state"][i:i + 3], env.cube_pos(env.target), atol=1e-6)
+    # each cube's offset from the grasp point, computed here from the sim's own positions
+    for colour in env.cubes:
+        j = names.index(f"grasp_to_cube_{colour}.x")
+        np.testing.assert_allclose(obs["state"][j:j + 3], env.cube_pos(colour) - env.grasp_pos(), atol=1e-6)
     push = PushCubeEnv()
     obs, _ = push.reset(seed=5)
-    np.testing.assert_allclose(obs["state"][-2:], push.goal, atol=1e-6)
-    assert push.observation_spec.arrays["state"].names[-2:] == ("goal.x", "goal.y")
+    push.step(np.full(6, 3.0))  # off the home pose, so the offsets below are not those of the reset
+    obs, *_ = push.step(np.full(6, 3.0))
+    names = push.observation_spec.arrays["state"].names
+    assert names[-4:] == ("goal.x", "goal.y", "cube_to_goal.x", "cube_to_goal.y")
+    np.testing.assert_allclose(obs["state"][-4:-2], push.goal, atol=1e-6)
+    np.testing.assert_allclose(obs["state"][-2:], push.goal - push.cube_pos("red")[:2], atol=1e-6)
+    j = names.index("tip_to_cube_red.x")  # the pushing fingertips' offset, not the grasp point's
+    tip = push.robot.data.site_xpos[push.robot.model.site("tip").id]
+    np.testing.assert_allclose(obs["state"][j:j + 3], push.cube_pos("red") - tip, atol=1e-6)
+    # scene through the cameras: nothing in the state says where the cube is, an offset to it neither
+    blind = PushCubeEnv(PushCubeConfig(scene_state=False)).observation_spec.arrays["state"].names
+    assert blind[12:] == ("grasp.x", "grasp.y", "grasp.z", "goal.x", "goal.y")
 
 
 def test_every_colour_is_asked_for_across_seeds_and_wrong_cube_fails():
@@ -147,3 +162,26 @@ def test_refuses_a_real_robot():
     with pytest.raises(ValueError, match="sim_so101"):
         PushCubeEnv(robot=LerobotRobotConfig())
     PushCubeEnv(robot=SimSO101Config()).close()
+
+
+def test_push_reward_pulls_the_fingertips_to_the_push_point_behind_the_cube():
+    env = PushCubeEnv()
+    env.reset(seed=5)
+    cube, point = env.cube_pos("red"), env.push_point()
+    to_goal = (env.goal - cube[:2]) / np.linalg.norm(env.goal - cube[:2])
+    # on the far side from the goal, just off the cube's face, at the height the expert pushes at
+    np.testing.assert_allclose(cube[:2] - point[:2], to_goal * (env.half + 0.008), atol=1e-9)
+    assert point[2] == pytest.approx(env.half + 0.008)
+    _, reward, *_ = env.step(np.zeros(6))
+    tip = env.robot.data.site_xpos[env.robot.model.site("tip").id]
+    assert reward == pytest.approx(-(env.goal_distance() + 0.5 * np.linalg.norm(tip - env.push_point())) / 0.1)
+    # hand_target=cube: the same scene, the hand term measured to the cube's centre
+    plain = PushCubeEnv(PushCubeConfig(hand_target="cube"))
+    plain.reset(seed=5)
+    _, plain_reward, *_ = plain.step(np.zeros(6))
+    tip = plain.robot.data.site_xpos[plain.robot.model.site("tip").id]
+    assert plain_reward == pytest.approx(-(plain.goal_distance() + 0.5 * np.linalg.norm(tip - plain.cube_pos("red")))
+                                         / 0.1)
+    assert plain_reward != pytest.approx(reward)
+    with pytest.raises(ValueError, match="hand_target"):
+        PushCubeConfig(hand_target="side")

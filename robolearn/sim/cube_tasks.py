@@ -4,9 +4,12 @@ Scene: the arm of ``so101_arm.xml`` plus free cubes (and, for pushing, a goal di
 with ``mujoco.MjSpec`` so the arm stays one file. Only the palm and the two jaws collide with objects.
 
 Observation ``state``: the robot's joint positions and velocities (12), the grasp point (m, from the
-arm's forward kinematics), then per cube its position (m) and ``sin 4*yaw, cos 4*yaw`` (a cube looks
-the same every quarter turn; left out with ``task.scene_state=false``, for policies that see the scene
-through cameras); ``push_cube`` adds the goal (x, y in m); ``pick_cube_color`` adds a one-hot of the
+arm's forward kinematics), then per cube its position (m), ``sin 4*yaw, cos 4*yaw`` (a cube looks
+the same every quarter turn) and its offset from the hand (m: from the grasp point, or for ``push_cube``
+from the fingertips), all left out with ``task.scene_state=false``, for policies that see the scene
+through cameras; ``push_cube`` adds the goal (x, y in m) and its offset from the cube. The offsets are
+what a contact task turns on, and their bounds (``RELATIVE_SCALE``) make a centimetre visible to the
+policy; ``pick_cube_color`` adds a one-hot of the
 asked colour, and ``env.instruction`` holds the sentence ("pick up the red cube"). With
 ``task.language=true`` there is no one-hot: the sentence is the ``instruction`` observation (UTF-8 bytes,
 ``robolearn.specs.encode_text``), drawn per episode from ``task.instructions`` when several are given.
@@ -35,7 +38,11 @@ COLOURS = {"red": (0.85, 0.15, 0.15), "green": (0.15, 0.7, 0.2), "blue": (0.15, 
 FLOOR_RGB = (0.3, 0.3, 0.35)
 GRIPPER_OPEN, GRIPPER_CLOSED, GRIPPER_PUSH = 45.0, 0.0, 9.0  # 0..100 units
 GOAL_RGBA = (0.1, 0.8, 0.3, 0.35)
+PUSH_GAP = 0.008  # m, the pushing fingertips' place behind the cube's face and above the floor
 PUSH_TILT = 0.4  # rad the pushing fingers lean outward: reaches the far side of cubes near the edge
+RELATIVE_SCALE = 0.1  # m: the bounds (+-) of the state's hand-to-cube and cube-to-goal offsets. They scale the
+                      # offsets so that a centimetre is 0.1 to the policy; absolute positions are scaled by the
+                      # reachable space (+-0.45 m), where a centimetre is 0.02 and contact tasks learn slowly
 INSTRUCTION_BYTES = 96  # the ``instruction`` observation of pick_cube_color with task.language=true
 
 
@@ -91,6 +98,8 @@ def build_scene(cubes: list[str], cube_size: float, goal: bool) -> mujoco.MjMode
 class CubeTaskEnv(ArmTaskEnv):
     """Base for the cube tasks: scene, randomisation, cube state, the pointing-down IK expert."""
 
+    hand_site = "grasp"  # the site whose offset to each cube is in the state (the part of the hand the task uses)
+
     def __init__(self, task: CubeTaskConfig, robot: SimSO101Config | None, cubes: list[str], goal: bool,
                  extra_names: tuple[str, ...] = (), extra_low: tuple[float, ...] = (),
                  extra_high: tuple[float, ...] = ()) -> None:
@@ -99,8 +108,10 @@ class CubeTaskEnv(ArmTaskEnv):
         seen = cubes if task.scene_state else []
         for c in seen:
             names += tuple(f"cube_{c}.{k}" for k in ("x", "y", "z", "sin4yaw", "cos4yaw"))
-        low = (-0.45, -0.45, -0.05) + (-0.5, -0.5, -0.05, -1.0, -1.0) * len(seen) + extra_low
-        high = (0.45, 0.45, 0.5) + (0.5, 0.5, 0.5, 1.0, 1.0) * len(seen) + extra_high
+            names += tuple(f"{self.hand_site}_to_cube_{c}.{k}" for k in ("x", "y", "z"))
+        r = RELATIVE_SCALE
+        low = (-0.45, -0.45, -0.05) + (-0.5, -0.5, -0.05, -1.0, -1.0, -r, -r, -r) * len(seen) + extra_low
+        high = (0.45, 0.45, 0.5) + (0.5, 0.5, 0.5, 1.0, 1.0, r, r, r) * len(seen) + extra_high
         super().__init__(task, robot, model, names + extra_names, low, high, "m, m, 1")
         m = self.robot.model
         self.cubes = cubes
@@ -111,6 +122,7 @@ class CubeTaskEnv(ArmTaskEnv):
         self._floor = m.geom("floor").id
         self._grasp = m.site("grasp").id
         self._tip = m.site("tip").id
+        self._hand = m.site(self.hand_site).id
         self._ik = SiteIK(m, "grasp", self.robot.qpos_indices[:5], self.robot.arm_dof_indices)
         self._tip_ik = SiteIK(m, "tip", self.robot.qpos_indices[:5], self.robot.arm_dof_indices)
         self._base_rgba = m.geom_rgba.copy()
@@ -132,9 +144,10 @@ class CubeTaskEnv(ArmTaskEnv):
 
     def _state_extra(self) -> np.ndarray:
         parts = [self.grasp_pos()]
+        hand = self.robot.data.site_xpos[self._hand]
         for c in self.cubes if self.task.scene_state else []:
-            yaw = self.cube_yaw(c)
-            parts.append(np.concatenate([self.cube_pos(c), [np.sin(4 * yaw), np.cos(4 * yaw)]]))
+            yaw, cube = self.cube_yaw(c), self.cube_pos(c)
+            parts.append(np.concatenate([cube, [np.sin(4 * yaw), np.cos(4 * yaw)], cube - hand]))
         parts.append(self._task_features())
         return np.concatenate(parts)
 
@@ -357,23 +370,47 @@ class PushCubeConfig(CubeTaskConfig):
     push_distance: list[float] = field(default_factory=lambda: [0.05, 0.09])  # m, goal from the cube's start
     goal_low: list[float] = field(default_factory=lambda: [0.11, -0.10])      # m, goals stay in this region
     goal_high: list[float] = field(default_factory=lambda: [0.22, 0.10])
+    hand_target: str = "behind"       # where the reward's hand term pulls the fingertips: "behind" the cube (on the
+                                      # side away from the goal, where pushing moves it toward the goal) or the
+                                      # "cube" itself (then a learner must give up reward to get around the cube)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.hand_target not in ("behind", "cube"):
+            raise ValueError(f"task.hand_target must be behind or cube, got {self.hand_target!r}")
 
 
 class PushCubeEnv(CubeTaskEnv):
-    """Reward per tick: ``-(distance(cube, goal) + 0.5 * distance(tip, cube)) / 0.1 m``, plus the
-    success bonus when the cube centre is within ``goal_radius`` of the goal (terminated)."""
+    """Reward per tick: ``-(distance(cube, goal) + 0.5 * distance(tip, hand target)) / 0.1 m``, plus the
+    success bonus when the cube centre is within ``goal_radius`` of the goal (terminated). The hand target
+    (``task.hand_target``) is the push point behind the cube, or the cube."""
+
+    hand_site = "tip"  # the fingertips push
 
     def __init__(self, task: PushCubeConfig | None = None, robot: SimSO101Config | None = None) -> None:
         task = task or PushCubeConfig()
-        super().__init__(task, robot, ["red"], goal=True, extra_names=("goal.x", "goal.y"),
-                         extra_low=tuple(task.goal_low), extra_high=tuple(task.goal_high))
+        r, offset = RELATIVE_SCALE, task.scene_state  # the goal's offset from the cube shows where the cube is
+        super().__init__(task, robot, ["red"], goal=True,
+                         extra_names=("goal.x", "goal.y") + ("cube_to_goal.x", "cube_to_goal.y") * offset,
+                         extra_low=(*task.goal_low,) + (-r, -r) * offset,
+                         extra_high=(*task.goal_high,) + (r, r) * offset)
         self._goal_mocap = self.robot.model.body_mocapid[self.robot.model.body("goal").id]
         self.goal = np.zeros(2)
         self.instruction = "push the cube onto the green disc"
         self._phase = "approach"
 
     def _task_features(self) -> np.ndarray:
-        return self.goal
+        if not self.task.scene_state:
+            return self.goal
+        return np.concatenate([self.goal, self.goal - self.cube_pos("red")[:2]])
+
+    def push_point(self) -> np.ndarray:
+        """Where the fingertips push from (m, x y z): behind the cube on the line from the goal through it, at the
+        height the expert pushes at."""
+        cube = self.cube_pos("red")
+        direction = self.goal - cube[:2]
+        direction /= max(float(np.linalg.norm(direction)), 1e-9)
+        return np.array([*(cube[:2] - direction * (self.half + PUSH_GAP)), self.half + PUSH_GAP])
 
     def goal_distance(self) -> float:
         return float(np.linalg.norm(self.cube_pos("red")[:2] - self.goal))
@@ -402,7 +439,8 @@ class PushCubeEnv(CubeTaskEnv):
         dist = self.goal_distance()
         success = self.success()
         tip = self.robot.data.site_xpos[self._tip]
-        reward = -(dist + 0.5 * float(np.linalg.norm(tip - self.cube_pos("red")))) / 0.1
+        target = self.push_point() if self.task.hand_target == "behind" else self.cube_pos("red")
+        reward = -(dist + 0.5 * float(np.linalg.norm(tip - target))) / 0.1
         reward += self.task.success_bonus if success else 0.0
         truncated = (not success) and self._tick >= self.task.episode_ticks
         return self._obs(), float(reward), bool(success), bool(truncated), {"success": success, "distance": dist,
@@ -416,7 +454,7 @@ class PushCubeEnv(CubeTaskEnv):
         direction = to_goal / max(np.linalg.norm(to_goal), 1e-9)
         jaw_yaw = float(np.arctan2(direction[1], direction[0]) + np.pi / 2)  # jaws side by side across the push
         behind = cube[:2] - direction * (self.half + 0.02)
-        low_z, high_z = self.half + 0.008, self.half + 0.06
+        low_z, high_z = self.half + PUSH_GAP, self.half + 0.06
         tip = self.robot.data.site_xpos[self._tip]
         if self._phase == "approach":
             target = np.array([*behind, high_z])
@@ -434,5 +472,5 @@ class PushCubeEnv(CubeTaskEnv):
         if lateral > 0.012 or offset @ direction > 0:
             self._phase = "approach"
         step = min(0.02, float(np.linalg.norm(to_goal)) + 0.005)
-        target = np.array([*(cube[:2] - direction * (self.half + 0.008) + direction * step), low_z])
+        target = np.array([*(cube[:2] - direction * (self.half + PUSH_GAP) + direction * step), low_z])
         return self._move_to(target, jaw_yaw, GRIPPER_PUSH, "tip", PUSH_TILT)
