@@ -3,14 +3,13 @@
 Scene: the arm of ``so101_arm.xml`` plus free cubes (and, for pushing, a goal disc on the floor), built
 with ``mujoco.MjSpec`` so the arm stays one file. Only the palm and the two jaws collide with objects.
 
-Observation ``state``: the robot's joint positions and velocities (12), the grasp point (m, from the
-arm's forward kinematics), then per cube its position (m), ``sin 4*yaw, cos 4*yaw`` (a cube looks
-the same every quarter turn) and its offset from the hand (m: from the grasp point, or for ``push_cube``
-from the fingertips), all left out with ``task.scene_state=false``, for policies that see the scene
-through cameras; ``push_cube`` adds the goal (x, y in m) and its offset from the cube. The offsets are
-what a contact task turns on, and their bounds (``RELATIVE_SCALE``) make a centimetre visible to the
-policy; ``pick_cube_color`` adds a one-hot of the
-asked colour, and ``env.instruction`` holds the sentence ("pick up the red cube"). With
+Observation ``state``: the robot's joint positions and velocities (12), the grasp point (m, from the arm's
+forward kinematics), then per cube its position (m), ``sin 4*yaw, cos 4*yaw`` (a cube looks the same every
+quarter turn) and its offset from the hand (m: from the grasp point, or for ``push_cube`` from the
+fingertips), all left out with ``task.scene_state=false``, for policies that see the scene through cameras;
+``push_cube`` adds the goal (x, y in m) and its offset from the cube. The offsets are what a contact task
+turns on, and their bounds (``RELATIVE_SCALE``) make a centimetre visible to the policy; ``pick_cube_color``
+adds a one-hot of the asked colour, and ``env.instruction`` holds the sentence ("pick up the red cube"). With
 ``task.language=true`` there is no one-hot: the sentence is the ``instruction`` observation (UTF-8 bytes,
 ``robolearn.specs.encode_text``), drawn per episode from ``task.instructions`` when several are given.
 
