@@ -403,13 +403,16 @@ class PushCubeEnv(CubeTaskEnv):
             return self.goal
         return np.concatenate([self.goal, self.goal - self.cube_pos("red")[:2]])
 
+    def push_direction(self) -> np.ndarray:
+        """The unit vector (x, y) from the cube's centre to the goal: the way a push must move it."""
+        to_goal = self.goal - self.cube_pos("red")[:2]
+        return to_goal / max(float(np.linalg.norm(to_goal)), 1e-9)
+
     def push_point(self) -> np.ndarray:
         """Where the fingertips push from (m, x y z): behind the cube on the line from the goal through it, at the
         height the expert pushes at."""
         cube = self.cube_pos("red")
-        direction = self.goal - cube[:2]
-        direction /= max(float(np.linalg.norm(direction)), 1e-9)
-        return np.array([*(cube[:2] - direction * (self.half + PUSH_GAP)), self.half + PUSH_GAP])
+        return np.array([*(cube[:2] - self.push_direction() * (self.half + PUSH_GAP)), self.half + PUSH_GAP])
 
     def goal_distance(self) -> float:
         return float(np.linalg.norm(self.cube_pos("red")[:2] - self.goal))
@@ -450,7 +453,7 @@ class PushCubeEnv(CubeTaskEnv):
         if the cube slides off the line, lift and approach again."""
         cube = self.cube_pos("red")
         to_goal = self.goal - cube[:2]
-        direction = to_goal / max(np.linalg.norm(to_goal), 1e-9)
+        direction = self.push_direction()
         jaw_yaw = float(np.arctan2(direction[1], direction[0]) + np.pi / 2)  # jaws side by side across the push
         behind = cube[:2] - direction * (self.half + 0.02)
         low_z, high_z = self.half + PUSH_GAP, self.half + 0.06
