@@ -9,7 +9,7 @@ processes, zmq, on-disk buffer) learns from them with the sim paced in real time
 ``RLPD`` below (half of each batch from the demos, LayerNorm critic ensemble, the learner updating as fast as it
 can: ``learner.utd_ratio=4`` is more than 2 cores reach at 50 Hz, about 1.6) and ``algo.bc_weight=--bc-weight`` (1.0
 by default: TD3+BC's imitation of the demo rows beside RLPD's losses; 0 is plain RLPD). Recording the demos is not
-counted in the minutes. ``--tasks`` runs part rlpd on some of the tasks (the others' goals stay unmeasured). Every
+counted in the minutes. ``--tasks`` runs part rlpd on some of the tasks. Every
 checkpoint the learner writes is copied aside with the wall clock since the command was launched (start-up counts).
 After the run, and not while it competes for the CPU, the copies are evaluated in time order, deterministically, on
 100 episodes from seeds 900000 + 1000 x seed: a seed's figure is the first copy that succeeds on >= 80% (searched
@@ -43,8 +43,8 @@ Goal ``max_env_steps_ratio_vs_sb3`` <= 0.5: the worst env's robolearn / SB3 env 
 variant and the worse of the two ratios kept. An env left out of ``--envs`` is not measured, and the goal then
 covers only the envs measured (the results file lists them).
 
-A part left out (``--part``) keeps the goals and details of the last invocation that ran it, each goal with the
-commit and date it was measured at.
+A part (``--part``) or task (``--tasks``) left out keeps the goals and details of the last invocation that measured
+it, each goal with the commit and date it was measured at.
 """
 
 from __future__ import annotations
@@ -118,12 +118,14 @@ def rlpd_seed(task: str, seed: int, demos: Path, cap: float, workdir: Path, epis
             "checkpoints": len(snapshots), "evaluations": evaluated, "curve": run["curve"]}
 
 
-def part_rlpd(args: argparse.Namespace, workdir: Path) -> tuple[list[dict], dict]:
+def part_rlpd(args: argparse.Namespace, workdir: Path, previous: dict) -> tuple[list[dict], dict]:
     goals, details = [], {}
     for task, goal_minutes in RLPD_TASKS.items():
         if task not in args.tasks:
-            goals.append(goal(f"{task}_minutes_to_80pct", None, "<=", goal_minutes))
-            details[task] = {"not_measured": "left out of --tasks in this invocation"}
+            kept = measured_earlier(previous, goal(f"{task}_minutes_to_80pct", None, "<=", goal_minutes))
+            goals.append(kept)
+            details[task] = ({**previous["rlpd"][task], "carried_over": CARRIED} if kept["value"] is not None
+                             else {"not_measured": "left out of --tasks in this invocation"})
             continue
         demos = workdir / "demos" / task
         record_demos(task, demos, args.demos)
@@ -286,18 +288,27 @@ def part_sb3(args: argparse.Namespace, workdir: Path) -> tuple[list[dict], dict]
             {"envs": per_env, "marks": args.marks, "eval_episodes": args.sb3_eval_episodes})
 
 
+CARRIED = "measured by an earlier invocation: each goal names its commit"
+
+
+def measured_earlier(previous: dict, unmeasured: dict) -> dict:
+    """A goal this invocation does not measure: as the last invocation that measured it recorded it (``previous``,
+    the results file before this run), with that one's commit and date, so that measuring one part or task does not
+    erase another's figure; ``unmeasured`` (value None) when none did."""
+    for g in previous.get("goals", []):
+        if g["name"] == unmeasured["name"] and g.get("value") is not None:
+            return {**g, "commit": g.get("commit", previous.get("commit")),
+                    "date": g.get("date", (previous.get("machine") or {}).get("date"))}
+    return unmeasured
+
+
 def carried_over(previous: dict, part: str, unmeasured: list[dict], details: dict) -> list[dict]:
-    """The goals of a part this invocation does not run: those of the last invocation that ran it, each with the
-    commit and date it was measured at (and its details, under ``details[part]``), so that measuring one part does
-    not erase the other's figures; ``unmeasured`` (value None) when no earlier invocation measured it."""
-    names = {g["name"] for g in unmeasured}
-    kept = [g for g in previous.get("goals", []) if g["name"] in names and g.get("value") is not None]
-    if part not in previous or not kept:
-        return unmeasured
-    commit, date = previous.get("commit"), (previous.get("machine") or {}).get("date")
-    kept = [{**g, "commit": g.get("commit", commit), "date": g.get("date", date)} for g in kept]
-    details[part] = {**previous[part], "carried_over": "measured by an earlier invocation: each goal names its commit"}
-    return kept + [g for g in unmeasured if g["name"] not in {k["name"] for k in kept}]
+    """The goals of a part this invocation does not run (``measured_earlier``), and its details under
+    ``details[part]`` when any of them was measured before."""
+    goals = [measured_earlier(previous, g) for g in unmeasured]
+    if part in previous and any(g["value"] is not None for g in goals):
+        details[part] = {**previous[part], "carried_over": CARRIED}
+    return goals
 
 
 def main() -> None:
@@ -309,7 +320,7 @@ def main() -> None:
     ap.add_argument("--eval-episodes", type=int, default=100, help="per rlpd checkpoint evaluation")
     ap.add_argument("--bc-weight", type=float, default=1.0, help="algo.bc_weight of the rlpd runs (0: plain RLPD)")
     ap.add_argument("--tasks", nargs="+", default=list(RLPD_TASKS), choices=list(RLPD_TASKS),
-                    help="part rlpd's tasks (one left out: its goal is not measured)")
+                    help="part rlpd's tasks (one left out keeps its last measured figure)")
     ap.add_argument("--envs", nargs="+", default=list(SB3_ENVS), choices=list(SB3_ENVS))
     ap.add_argument("--budget-scale", type=float, default=1.0, help="x each env's env-step budget (part sb3)")
     ap.add_argument("--marks", type=int, default=10, help="evaluations per sb3-part run")
@@ -321,7 +332,7 @@ def main() -> None:
     previous = json.loads(RESULT.read_text()) if RESULT.exists() else {}
     with tempfile.TemporaryDirectory() as tmp:
         if args.part in ("rlpd", "all"):
-            g, details["rlpd"] = part_rlpd(args, Path(tmp))
+            g, details["rlpd"] = part_rlpd(args, Path(tmp), previous)
             goals += g
         else:
             goals += carried_over(previous, "rlpd", [goal(f"{t}_minutes_to_80pct", None, "<=", m)
