@@ -1,6 +1,7 @@
 import copy
 import math
 
+import pytest
 import torch
 
 from robolearn.learner.sac import SAC, EnsembleCritic, EnsembleLinear, SACConfig
@@ -68,8 +69,15 @@ def test_target_is_min_over_a_random_subset_of_target_critics():
     assert abs(sac.update(batch)["critic_loss"] - expected) < 1e-4
 
 
-def test_target_entropy_is_minus_half_action_dim():
+def test_target_entropy_is_minus_half_action_dim_by_default_and_scales_with_its_setting():
     assert _sac().target_entropy == -3.0
+    assert _sac(target_entropy_per_dim=-1.0).target_entropy == -6.0
+    assert _sac(target_entropy_per_dim=-1.0).temperature.target_entropy == -6.0
+
+
+def test_a_target_entropy_that_is_not_a_number_is_refused():
+    with pytest.raises(ValueError, match="target_entropy_per_dim"):
+        SACConfig(target_entropy_per_dim=float("nan"))
 
 
 def test_state_dict_round_trip_reproduces_the_next_update():
@@ -216,3 +224,32 @@ def test_sample_windows_marks_the_demo_and_intervention_rows(tmp_path):
     assert torch.equal(drawn["offline"], episode >= 1)
     assert 0.4 < drawn["offline"].float().mean().item() < 0.6
     assert "offline" not in sample_windows(buf, ACT, 8, 1, 0.99, demo_ratio=0.5)
+
+
+def test_n_step_returns_sum_the_next_n_rewards_and_bootstrap_n_steps_on(tmp_path):
+    """``algo.n_step=3`` with single actions: r = sum_k gamma^k r_{t+k}, s' = s_{t+3}, discount gamma^3; a window
+    that meets the episode's end bootstraps from its final observation with gamma^k, or 0 when it terminated. The
+    expected values come from the data's own rule (reward s + 1 at step s), not from the buffer."""
+    from robolearn.buffer.replay_buffer import ReplayBuffer
+    from robolearn.specs import ObservationSpec
+    from tests.buffer_data import ACT, OBS, batch
+
+    buf = ReplayBuffer(tmp_path, OBS, ACT, capacity=1000, seed=0)
+    buf.add("r", batch(0, 0, 30, end="terminated"))
+    policy = make_policy(ObservationSpec({"state": OBS.arrays["state"]}), ACT, MLPPolicyConfig(hidden_dims=[8]))
+    g = 0.9
+    sac = SAC(policy, SACConfig(critic_hidden_dims=[8], gamma=g, n_step=3, demo_ratio=0.0))
+    drawn = sac.sample_batch(buf, ACT, 200)
+    for step, reward, discount, next_step in zip(drawn["obs"][:, 1].tolist(), drawn["reward"].tolist(),
+                                                 drawn["discount"].tolist(), drawn["next_obs"][:, 1].tolist()):
+        k = min(3, 30 - int(step))  # steps left in the window
+        assert reward == pytest.approx(sum(g ** i * (step + i + 1) for i in range(k)), rel=1e-5)
+        assert next_step == step + k
+        assert discount == pytest.approx(0.0 if step + k == 30 else g ** 3)  # the window reached the termination
+    assert set(drawn["obs"][:, 1].tolist()) >= {0.0, 28.0, 29.0}  # windows cut by the end were drawn too
+
+
+def test_an_n_step_shorter_than_the_chunk_is_refused():
+    with pytest.raises(ValueError, match="n_step=2 is shorter than the policy's chunk horizon 3"):
+        _sac(policy_kw={"chunk_horizon": 3}, n_step=2)
+    assert _sac(policy_kw={"chunk_horizon": 3}, n_step=3).cfg.n_step == 3

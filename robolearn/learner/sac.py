@@ -8,9 +8,12 @@ Reads top to bottom like the math (docs/algorithms.md, "SAC and RLPD"):
              + bc_weight * mean_B |mean_i Q_i(s, a~)| * mean_{B demo} ||tanh(mu(s)) - a||^2 / (H * A)   (optional)
     L_alpha = -mean_B log_alpha * (log pi(a~|s) + target_entropy)
 
-``discount`` is gamma^n for an n-step (or H-step chunk) window and 0 after termination; the buffer
-provides it. Actions are normalised to [-1, 1]; with chunk horizon H the critic scores the whole
-chunk Q(s, a_{t:t+H}) (the action input is H * A wide). Target entropy is -|A|/2.
+``discount`` is gamma^n for an n-step window (``n_step``; by default n = the chunk horizon H) and 0 after
+termination; the buffer provides it, with r the n-step discounted return and s' the observation n steps on (the
+episode's last one when it ends sooner). n > 1 with H = 1 is DrQ-v2's n-step TD: faster credit at a high control
+rate, at the cost of the off-policy bias of the steps after the first. Actions are normalised to [-1, 1]; with
+chunk horizon H the critic scores the whole chunk Q(s, a_{t:t+H}) (the action input is H * A wide). Target
+entropy is -|A|/2 by default (``target_entropy_per_dim``).
 
 s enters as the policy's features: the normalised state (encoded first with ``policy.state_encoder_dim``),
 then CNN image features with cameras. The encoders are trained by the critic loss and read by the actor
@@ -64,6 +67,8 @@ class SACConfig:
     image_shift_pad: int = 4       # random-shift augmentation of camera frames, pixels (0: off)
     grad_clip_norm: float = 0.0    # > 0: clip each network's gradient to this norm (lerobot's default, 40)
     bc_weight: float = 0.0         # > 0: the actor also imitates demo + intervention steps (TD3+BC's term)
+    target_entropy_per_dim: float = -0.5  # target entropy = this * |A| (SERL's -|A|/2; SAC's paper -|A|)
+    n_step: int = 0                # > 0: n-step returns (n >= the chunk horizon); 0: one step per chunk (n = H)
 
     def __post_init__(self) -> None:
         if self.num_critics < 2 or not 1 <= self.critic_subset <= self.num_critics:
@@ -81,6 +86,10 @@ class SACConfig:
             raise ValueError(f"algo.actor_update_every must be >= 1, got {self.actor_update_every}")
         if self.bc_weight < 0:
             raise ValueError(f"algo.bc_weight must be >= 0 (0: off), got {self.bc_weight}")
+        if self.n_step < 0:
+            raise ValueError(f"algo.n_step must be >= 1, or 0 for the chunk horizon, got {self.n_step}")
+        if not math.isfinite(self.target_entropy_per_dim):
+            raise ValueError(f"algo.target_entropy_per_dim must be a finite number, got {self.target_entropy_per_dim}")
 
 
 class EnsembleLinear(nn.Module):
@@ -170,20 +179,22 @@ def optimiser_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, params:
 
 def sample_windows(buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: int, horizon: int, gamma: float,
                    demo_ratio: float, keys: tuple[str, ...] | list[str] = (),
-                   image_shift_pad: int = 0, with_offline: bool = False) -> dict[str, torch.Tensor]:
+                   image_shift_pad: int = 0, with_offline: bool = False,
+                   n_step: int | None = None) -> dict[str, torch.Tensor]:
     """One batch of H-step windows (RLPD: ``demo_ratio`` of it from demo and intervention steps, pooled by size, the
-    rest online; all online while there are none): obs (B, D), action (B, H * A) in [-1, 1], reward (B,) H-step
-    return, discount (B,), next_obs (B, D). With ``keys`` (cameras, an instruction) obs and next_obs are
-    {"state": (B, D), key: (B, ...)}, each camera frame (uint8 (B, H, W, 3)) shifted by up to ``image_shift_pad``
-    pixels with the replay generator. ``with_offline``: also ``offline`` (B,) bool, the row is a demo or
-    intervention step."""
+    rest online; all online while there are none): obs (B, D), action (B, H * A) in [-1, 1], reward (B,) n-step
+    return (n = H unless ``n_step``), discount (B,) gamma^n or 0 after termination, next_obs (B, D) n steps on
+    (or the episode's final observation when it ends sooner). With ``keys`` (cameras, an instruction) obs and
+    next_obs are {"state": (B, D), key: (B, ...)}, each camera frame (uint8 (B, H, W, 3)) shifted by up to
+    ``image_shift_pad`` pixels with the replay generator. ``with_offline``: also ``offline`` (B,) bool, the row is a
+    demo or intervention step."""
     sizes = buffer.partition_sizes()
     offline = sizes["demo"] + sizes["intervention"]
     mix = None
     if demo_ratio > 0 and offline:
         mix = {"online": 1 - demo_ratio, "demo": demo_ratio * sizes["demo"] / offline,
                "intervention": demo_ratio * sizes["intervention"] / offline}
-    drawn = buffer.sample(batch_size, horizon=horizon, gamma=gamma, mix=mix, with_info=with_offline)
+    drawn = buffer.sample(batch_size, horizon=horizon, gamma=gamma, n_step=n_step, mix=mix, with_info=with_offline)
     action = action_spec.to_normalised(drawn["action"]).reshape(len(drawn["action"]), -1)
     batch = {"action": torch.from_numpy(action), "reward": torch.from_numpy(drawn["reward"]),
              "discount": torch.from_numpy(drawn["discount"])}
@@ -265,6 +276,9 @@ class SAC:
     def __init__(self, policy: GaussianChunkPolicy, config: SACConfig, seed: int = 0) -> None:
         if not isinstance(policy, GaussianChunkPolicy):
             raise ValueError(f"algo=sac trains a tanh-Gaussian actor (policy=mlp), got {type(policy).__name__}")
+        if 0 < config.n_step < policy.horizon:  # the return must cover the whole chunk the critic scores
+            raise ValueError(f"algo.n_step={config.n_step} is shorter than the policy's chunk horizon "
+                             f"{policy.horizon}; use n_step >= {policy.horizon}, or 0 for n = the horizon")
         self.cfg = config
         self.actor = policy
         act_dim = policy.horizon * policy.continuous_dim  # a discrete gripper has its own Q-head
@@ -274,7 +288,7 @@ class SAC:
         device = module_device(policy)  # the learner put the policy on learner.device
         self.critic, self.critic_target = critic_and_target(policy.feature_dim, act_dim, config.num_critics,
                                                             config.critic_hidden_dims, device)
-        self.target_entropy = -act_dim / 2
+        self.target_entropy = config.target_entropy_per_dim * act_dim
         self.temperature = Temperature(config.init_temperature, self.target_entropy, config.temperature_lr)
         encoder = [p for m in policy.shared_encoders() for p in m.parameters()]
         gripper = list(policy.gripper_q.parameters()) if policy.gripper_q is not None else []
@@ -294,7 +308,8 @@ class SAC:
     def sample_batch(self, buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: int) -> dict[str, torch.Tensor]:
         cameras = self.actor.encoder.keys if self.actor.encoder is not None else []
         return sample_windows(buffer, action_spec, batch_size, self.actor.horizon, self.cfg.gamma, self.cfg.demo_ratio,
-                              cameras, self.cfg.image_shift_pad, with_offline=self.cfg.bc_weight > 0)
+                              cameras, self.cfg.image_shift_pad, with_offline=self.cfg.bc_weight > 0,
+                              n_step=self.cfg.n_step or None)
 
     @torch.no_grad()
     def td_target(self, reward: torch.Tensor, discount: torch.Tensor, next_feat: torch.Tensor,
