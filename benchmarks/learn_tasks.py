@@ -6,10 +6,10 @@ Part ``rlpd``. For ``push_cube`` and ``pick_cube``: the task's scripted expert r
 record`` (seeds 800000+, never evaluated on), then for each seed the real ``robolearn run`` (learner and actor
 processes, zmq, on-disk buffer) learns from them with the sim paced in real time at 50 Hz, as hardware would be
 (``actor.realtime=true``; the demos are recorded at the same 50 Hz and servo-target bound), with the settings in
-``RLPD`` below (half of each batch from the demos, LayerNorm critic ensemble, the learner updating as fast as it
-can: ``learner.utd_ratio=4`` is more than 2 cores reach at 50 Hz, about 1.6) and ``algo.bc_weight=--bc-weight`` (1.0
-by default: TD3+BC's imitation of the demo rows beside RLPD's losses; 0 is plain RLPD). Recording the demos is not
-counted in the minutes. ``--tasks`` runs part rlpd on some of the tasks. Every
+``RLPD`` below (half of each batch from the demos, LayerNorm critic ensemble, 3-step returns, the learner updating
+as fast as it can: ``learner.utd_ratio=4`` is more than 2 cores reach at 50 Hz, about 1.6) and
+``algo.bc_weight=--bc-weight`` (1.0 by default: TD3+BC's imitation of the demo rows beside RLPD's losses; 0 is plain
+RLPD). Recording the demos is not counted in the minutes. ``--tasks`` runs part rlpd on some of the tasks. Every
 checkpoint the learner writes is copied aside with the wall clock since the command was launched (start-up counts).
 After the run, and not while it competes for the CPU, the copies are evaluated in time order, deterministically, on
 100 episodes from seeds 900000 + 1000 x seed: a seed's figure is the first copy that succeeds on >= 80% (searched
@@ -80,9 +80,10 @@ RLPD_TASKS = {"push_cube": 20.0, "pick_cube": 30.0}  # task: goal minutes
 # algo.demo_ratio's default, 0.5
 # robot.max_relative_target: the servo targets stay within 6 deg of the joints (lerobot's so101_follower option), so
 # a hand pressed into the table or the cube does not wind up a lead the state does not show. algo.gamma=0.99: a 2 s
-# horizon at 50 Hz (SAC's 0.97 is 0.66 s, made for 25 Hz), long enough to see that going around the cube pays
+# horizon at 50 Hz (SAC's 0.97 is 0.66 s, made for 25 Hz), long enough to see that going around the cube pays.
+# algo.n_step=3: 3-step returns carry the reward back 3 ticks per update (at 50 Hz one tick is 20 ms of progress)
 RLPD = ["robot.control_hz=50", "robot.max_relative_target=6", "actor.realtime=true", "learner.utd_ratio=4",
-        "algo.gamma=0.99", "learner.checkpoint_every_s=10"]
+        "algo.gamma=0.99", "algo.n_step=3", "learner.checkpoint_every_s=10"]
 SB3_ENVS = {"reach": 15_000, "push_cube": 60_000, "Reacher-v5": 20_000, "Pusher-v5": 60_000}  # env: env steps
 ROBOLEARN_TASK = {"reach": ["task=reach"], "push_cube": ["task=push_cube"],
                   "Reacher-v5": ["task=gym", "task.env_id=Reacher-v5"],
