@@ -474,5 +474,5 @@ class PushCubeEnv(CubeTaskEnv):
         if lateral > 0.012 or offset @ direction > 0:
             self._phase = "approach"
         step = min(0.02, float(np.linalg.norm(to_goal)) + 0.005)
-        target = np.array([*(cube[:2] - direction * (self.half + PUSH_GAP) + direction * step), low_z])
+        target = self.push_point() + np.array([*(direction * step), 0.0])  # a step past the push point
         return self._move_to(target, jaw_yaw, GRIPPER_PUSH, "tip", PUSH_TILT)
