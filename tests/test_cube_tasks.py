@@ -45,6 +45,27 @@ def test_idle_arm_does_not_succeed_and_is_truncated():
         env.close()
 
 
+def test_pick_reward_costs_every_tick_until_the_cube_is_lifted():
+    """Before success no tick pays (a policy must not prefer holding the cube half-lifted to lifting it); the value
+    is the distance and lift terms computed here from the sim's own positions."""
+    env = PickCubeEnv()
+    env.reset(seed=3)
+    rewards, lifts, done, info = [], [], False, {}
+    while not done:
+        _, reward, terminated, truncated, info = env.step(env.expert_action())
+        dist = np.linalg.norm(env.grasp_pos() - env.cube_pos("red"))
+        fraction = min(max(env.lift("red"), 0.0) / env.task.lift_height, 1.0)
+        bonus = env.task.success_bonus if info["success"] else 0.0
+        assert reward == pytest.approx(-dist / 0.1 - 2.0 * (1.0 - fraction) + bonus)
+        rewards.append(reward)
+        lifts.append(info["lift"])
+        done = terminated or truncated
+    assert info["success"] and terminated
+    assert max(rewards[:-1]) <= 0 < rewards[-1]
+    assert sum(lift > 0.02 for lift in lifts[:-1]) >= 3  # the expert held the cube part-way up along the way
+    env.close()
+
+
 def test_cube_moves_only_through_contact():
     """The cube is a real physics body: pushing it moves it, an arm hovering above does not."""
     env = PushCubeEnv()
