@@ -7,7 +7,8 @@ record`` (seeds 800000+, never evaluated on), then for each seed the real ``robo
 processes, zmq, on-disk buffer) learns from them with the sim paced in real time at 50 Hz, as hardware would be
 (``actor.realtime=true``; the demos are recorded at the same 50 Hz and servo-target bound), with the settings in
 ``RLPD`` below (half of each batch from the demos, LayerNorm critic ensemble, 3-step returns, the learner updating
-as fast as it can: ``learner.utd_ratio=4`` is more than 2 cores reach at 50 Hz, about 1.6) and
+as fast as it can: ``learner.utd_ratio=4`` is more than 2 cores reach at 50 Hz, about 1.2-1.6), the task's own in
+``RLPD_TASK`` (pick_cube: the discrete gripper's Q-head) and
 ``algo.bc_weight=--bc-weight`` (1.0 by default: TD3+BC's imitation of the demo rows beside RLPD's losses; 0 is plain
 RLPD). Recording the demos is not counted in the minutes. ``--tasks`` runs part rlpd on some of the tasks. Every
 checkpoint the learner writes is copied aside with the wall clock since the command was launched (start-up counts).
@@ -84,6 +85,10 @@ RLPD_TASKS = {"push_cube": 20.0, "pick_cube": 30.0}  # task: goal minutes
 # algo.n_step=3: 3-step returns carry the reward back 3 ticks per update (at 50 Hz one tick is 20 ms of progress)
 RLPD = ["robot.control_hz=50", "robot.max_relative_target=6", "actor.realtime=true", "learner.utd_ratio=4",
         "algo.gamma=0.99", "algo.n_step=3", "learner.checkpoint_every_s=10"]
+# and each task's own: pick_cube's gripper is chosen by a Q-head over close / stay / open (HIL-SERL's grasp critic);
+# with a Gaussian gripper it learned to grasp in 0-6% of its training episodes in 10 minutes, with the Q-head 30%
+# (BENCHMARKS.md, development runs P1 and P2). push_cube holds its gripper still.
+RLPD_TASK = {"push_cube": [], "pick_cube": ["policy.discrete_gripper=true"]}
 SB3_ENVS = {"reach": 15_000, "push_cube": 60_000, "Reacher-v5": 20_000, "Pusher-v5": 60_000}  # env: env steps
 ROBOLEARN_TASK = {"reach": ["task=reach"], "push_cube": ["task=push_cube"],
                   "Reacher-v5": ["task=gym", "task.env_id=Reacher-v5"],
@@ -104,7 +109,7 @@ def record_demos(task: str, out: Path, episodes: int) -> None:
 def rlpd_seed(task: str, seed: int, demos: Path, cap: float, workdir: Path, episodes: int, bc_weight: float) -> dict:
     name = f"rlpd-{task}-s{seed}"
     snapshots, run = run_with_snapshots([f"task={task}", f"seed={seed}", f"learner.demos={demos}", *RLPD,
-                                         f"algo.bc_weight={bc_weight}"], name, workdir, cap, TARGET,
+                                         *RLPD_TASK[task], f"algo.bc_weight={bc_weight}"], name, workdir, cap, TARGET,
                                         label=f"{task} seed {seed}", stop_at=STOP_AT)
     reached, evaluated = first_evaluated_at(snapshots, TARGET, episodes, EVAL_SEED + 1000 * seed, coarse_minutes=1.0)
     confirmed = None
@@ -137,7 +142,7 @@ def part_rlpd(args: argparse.Namespace, workdir: Path, previous: dict) -> tuple[
         goals.append(goal(f"{task}_minutes_to_80pct", summary["median"], "<=", goal_minutes))
         details[task] = {"minutes_to_80pct": summary, "confirmed_success_per_seed": [r["confirmed_success"]
                                                                                      for r in runs],
-                         "cap_minutes": cap, "runs": runs}
+                         "cap_minutes": cap, "task_overrides": RLPD_TASK[task], "runs": runs}
     return goals, {"demos_per_task": args.demos, "demo_seed": DEMO_SEED, "confirm_seed": CONFIRM_SEED,
                    "overrides": [*RLPD, f"algo.bc_weight={args.bc_weight}"], **details}
 
