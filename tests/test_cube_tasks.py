@@ -117,18 +117,20 @@ def test_every_colour_is_asked_for_across_seeds_and_wrong_cube_fails():
         env.reset(seed=seed)
         asked.add(env.target)
     assert asked == {"red", "green", "blue"}
-    # lift a cube that was not asked for: the episode ends as a failure
+    # lift a cube that was not asked for: the episode ends as a failure, before the time limit, truncated (a terminal
+    # state would end the per-tick costs, so lifting any cube would pay)
     env.reset(seed=0)
     wrong = next(c for c in env.cubes if c != env.target)
     env.target, asked_colour = wrong, env.target
-    done = False
+    done, steps = False, 0
     while not done:
         action = env.expert_action()
         env.target = asked_colour  # the env judges against the asked cube
         _, _, terminated, truncated, info = env.step(action)
         env.target = wrong         # while the expert keeps going for the wrong one
-        done = terminated or truncated
-    assert terminated and not info["success"]
+        done, steps = terminated or truncated, steps + 1
+    assert truncated and not terminated and not info["success"]
+    assert env.lift(wrong) >= env.task.lift_height and steps < env.task.episode_ticks
 
 
 def test_domain_randomisation_is_seeded_and_varies():

@@ -263,12 +263,14 @@ class PickCubeColorConfig(PickCubeConfig):
 class PickCubeEnv(CubeTaskEnv):
     """Reward per tick: ``-distance(grasp point, cube) / 0.1 m - 2 * (1 - lift fraction)``, plus the success
     bonus when the cube is lifted (terminated). Lifting a cube of the wrong colour ends the episode
-    as a failure.
+    as a failure, truncated like the time limit.
 
     Every tick before success costs (reward <= 0), so ending the episode by lifting the cube is always worth more
     than staying in it. With the lift term as a gain instead (``+ 2 * lift fraction``), an RLPD policy learned to
     hold the cube at 4 of the 5 cm and collect about 1.6 a tick until the time limit, more than the bonus
-    (BENCHMARKS.md, learn_tasks, development run P2)."""
+    (BENCHMARKS.md, learn_tasks, development run P2). A wrong lift is a truncation, not a termination: a terminal
+    state would stop those costs, so lifting any cube would pay; truncated, the learner values the state it ended
+    in as if the episode went on."""
 
     def __init__(self, task: PickCubeConfig | None = None, robot: SimSO101Config | None = None) -> None:
         task = task or PickCubeConfig()
@@ -329,8 +331,8 @@ class PickCubeEnv(CubeTaskEnv):
         dist = float(np.linalg.norm(self.grasp_pos() - self.cube_pos(self.target)))
         reward = -dist / 0.1 - 2.0 * (1.0 - min(max(lift, 0.0) / self.task.lift_height, 1.0))
         reward += self.task.success_bonus if success else 0.0
-        terminated = success or wrong
-        truncated = (not terminated) and self._tick >= self.task.episode_ticks
+        terminated = success
+        truncated = not success and (wrong or self._tick >= self.task.episode_ticks)
         return (self._obs(), float(reward), bool(terminated), bool(truncated),
                 {**self._info(success), "executed_action": executed})
 
