@@ -1,0 +1,53 @@
+"""learn_tasks' comparison with SB3: robolearn's env steps to SB3's final figure over SB3's, and the ratios the
+marks cannot measure (benchmarks/learn_tasks.py, part sb3)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+from learn_tasks import UNRESOLVED, resolved_ratio, worst_ratio  # noqa: E402
+
+MARKS = [1000, 2000, 3000, 4000]
+
+
+def curves(*scores: list[float], late: int = 0) -> list[list[dict]]:
+    """One curve per seed, scored at MARKS (robolearn's copies are taken ``late`` env steps after each mark)."""
+    return [[{"env_steps": m + late, "score": s} for m, s in zip(MARKS, run, strict=True)] for run in scores]
+
+
+def test_the_ratio_is_robolearns_env_steps_to_sb3s_final_figure_over_sb3s():
+    sb3 = curves([0.1, 0.4, 0.8, 0.9], [0.0, 0.5, 0.9, 0.9], [0.2, 0.3, 0.7, 0.8])
+    robolearn = curves([0.5, 0.9, 1.0, 1.0], [0.6, 0.8, 0.9, 1.0], [0.4, 0.9, 1.0, 1.0], late=100)
+    r = resolved_ratio(sb3, robolearn, final=0.9, success_rate=True)
+    # SB3's median reaches 0.9 at its last mark (4000), robolearn's at its second (the copy at 2100)
+    assert r == {"sb3_env_steps_to_its_final": 4000, "robolearn_env_steps_to_that_figure": 2100, "ratio": 0.525}
+
+
+def test_robolearn_that_never_reaches_the_figure_has_no_ratio_and_is_not_excused():
+    sb3 = curves([0.9, 0.9, 0.9, 0.9], [0.9, 0.9, 0.9, 0.9], [0.9, 0.9, 0.9, 0.9])  # there from the first mark
+    robolearn = curves([0.1, 0.2, 0.3, 0.4], [0.1, 0.2, 0.3, 0.4], [0.1, 0.2, 0.3, 0.4])
+    r = resolved_ratio(sb3, robolearn, final=0.9, success_rate=True)
+    assert r["ratio"] is None and "unresolved" not in r
+    assert worst_ratio([0.3, r["ratio"]]) is None  # not reached on one: the goal is not reached
+
+
+def test_sb3_at_its_final_figure_from_the_first_mark_cannot_be_beaten_by_the_marks():
+    sb3 = curves([-5.0, -5.0, -5.0, -5.0], [-4.0, -5.0, -5.0, -5.0], [-5.0, -6.0, -5.0, -5.0])
+    robolearn = curves([-4.0, -4.0, -4.0, -4.0], [-4.0, -4.0, -4.0, -4.0], [-4.0, -4.0, -4.0, -4.0], late=100)
+    r = resolved_ratio(sb3, robolearn, final=-5.0, success_rate=False)
+    assert r["ratio"] is None and r["unresolved"] == "SB3 reached its final figure at its first mark"
+
+
+def test_an_sb3_that_did_not_learn_the_task_gives_no_ratio():
+    sb3 = curves([0.0, 0.05, 0.0, 0.05], [0.0, 0.05, 0.05, 0.05], [0.05, 0.0, 0.1, 0.0])  # final median 0.05
+    robolearn = curves([0.0, 0.2, 0.5, 1.0], [0.0, 0.1, 0.6, 1.0], [0.1, 0.3, 0.7, 1.0], late=100)
+    r = resolved_ratio(sb3, robolearn, final=0.05, success_rate=True)
+    assert r["ratio"] is None and "did not learn" in r["unresolved"]
+    # the same curves as returns (Reacher's, say) are a measured ratio: the rule is for success rates only
+    assert resolved_ratio(sb3, robolearn, final=0.05, success_rate=False)["ratio"] == round(2100 / 2000, 3)
+
+
+def test_the_worst_ratio_leaves_out_the_unresolved_and_is_unresolved_only_when_all_are():
+    assert worst_ratio([0.4, UNRESOLVED, 0.45]) == 0.45
+    assert worst_ratio([UNRESOLVED, UNRESOLVED]) == UNRESOLVED
+    assert worst_ratio([UNRESOLVED, None]) is None
