@@ -183,14 +183,16 @@ def run_with_snapshots(overrides: list[str], name: str, workdir: Path, minutes: 
 
 
 def first_evaluated_at(snapshots: list[dict], target: float, episodes: int, seed: int,
-                       coarse_minutes: float = 0.0) -> tuple[dict | None, list[dict]]:
+                       coarse_minutes: float = 0.0, confirm_seed: int | None = None) -> tuple[dict | None, list[dict]]:
     """The first checkpoint copy (time order) whose deterministic evaluation on ``episodes`` seeds from ``seed``
     succeeds on at least ``target``: (that one or None, every evaluation made; ``copy`` is the index in
     ``snapshots``). With ``coarse_minutes`` > 0 only
     one copy per that many minutes is evaluated until one reaches the target; then the copies between it and the
     last coarse one below the target are evaluated in order. The answer is the exhaustive search's unless a copy
     before that last coarse one below the target already reached it; then it is later than the first (against
-    the learner, never for it)."""
+    the learner, never for it). With ``confirm_seed``, a copy counts only if it also reaches the target on
+    ``episodes`` other seeds from ``confirm_seed`` (its ``confirmed`` success); one that does not is passed over and
+    the search goes on: the first of many noisy evaluations to pass is biased early, a second one is not."""
     evaluated: dict[int, dict] = {}
 
     def score(i: int) -> float:
@@ -202,6 +204,15 @@ def first_evaluated_at(snapshots: list[dict], target: float, episodes: int, seed
                             "policy_version": result["policy_version"]}
         return evaluated[i]["success"]
 
+    def passes(i: int) -> bool:
+        if score(i) < target:
+            return False
+        if confirm_seed is None:
+            return True
+        if "confirmed" not in evaluated[i]:
+            evaluated[i]["confirmed"] = eval_success(snapshots[i]["dir"], episodes, confirm_seed)["success_rate"]
+        return evaluated[i]["confirmed"] >= target
+
     coarse, last_minutes = [], -float("inf")
     for i, snap in enumerate(snapshots):
         if snap["minutes"] - last_minutes >= coarse_minutes or i == len(snapshots) - 1:
@@ -210,10 +221,8 @@ def first_evaluated_at(snapshots: list[dict], target: float, episodes: int, seed
     below = -1
     for i in coarse:
         if score(i) >= target:
-            for j in range(below + 1, i):
-                if score(j) >= target:
-                    i = j
-                    break
-            return evaluated[i], [evaluated[k] for k in sorted(evaluated)]
+            for j in range(below + 1, i + 1):
+                if passes(j):
+                    return evaluated[j], [evaluated[k] for k in sorted(evaluated)]
         below = i
     return None, [evaluated[k] for k in sorted(evaluated)]

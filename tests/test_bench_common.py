@@ -25,3 +25,33 @@ def test_a_run_that_never_got_there_counts_as_the_worst_in_the_median():
 def test_no_runs_is_an_error():
     with pytest.raises(ValueError, match="at least one value"):
         spread([])
+
+
+def _search(monkeypatch, first: list[float], second: list[float], **kw):
+    """first_evaluated_at over copies whose success is ``first`` on the evaluation seeds, ``second`` on the
+    confirming ones (one copy a minute); returns (the copy found or None, the copies evaluated)."""
+    import common
+
+    def fake_eval(run_dir, episodes, seed):
+        rates = second if seed == 2 else first
+        return {"success_rate": rates[int(run_dir)], "mean_return": 0.0, "policy_version": 0}
+
+    monkeypatch.setattr(common, "eval_success", fake_eval)
+    snapshots = [{"dir": str(i), "minutes": float(i)} for i in range(len(first))]
+    found, evaluated = common.first_evaluated_at(snapshots, 0.8, 100, 1, **kw)
+    return (None if found is None else found["copy"]), [e["copy"] for e in evaluated]
+
+
+def test_the_first_copy_to_pass_is_found_with_the_copies_between_searched(monkeypatch):
+    rates = [0.1, 0.5, 0.82, 0.7, 0.9, 0.95]
+    assert _search(monkeypatch, rates, rates)[0] == 2
+    # one copy in two minutes at first (0, 2, 4, 5): 2 passes, then 1, between it and 0 below the target
+    assert _search(monkeypatch, rates, rates, coarse_minutes=2.0) == (2, [0, 1, 2])
+
+
+def test_a_copy_that_fails_its_confirmation_is_passed_over(monkeypatch):
+    first = [0.1, 0.5, 0.82, 0.7, 0.9, 0.95]
+    second = [0.1, 0.5, 0.71, 0.7, 0.85, 0.9]  # copy 2's 82% was luck: 71% on other seeds
+    assert _search(monkeypatch, first, second, confirm_seed=2)[0] == 4
+    assert _search(monkeypatch, first, second, coarse_minutes=2.0, confirm_seed=2)[0] == 4
+    assert _search(monkeypatch, first, [0.0] * 6, confirm_seed=2)[0] is None  # never confirmed: not reached
