@@ -140,10 +140,8 @@ def part_rlpd(args: argparse.Namespace, workdir: Path, previous: dict) -> tuple[
     goals, details = [], {}
     for task, goal_minutes in RLPD_TASKS.items():
         if task not in args.tasks:
-            kept = measured_earlier(previous, goal(f"{task}_minutes_to_80pct", None, "<=", goal_minutes))
-            goals.append(kept)
-            details[task] = ({**previous["rlpd"][task], "carried_over": CARRIED} if kept["value"] is not None
-                             else {"not_measured": "left out of --tasks in this invocation"})
+            g, details[task] = task_measured_earlier(previous, task, goal_minutes)
+            goals.append(g)
             continue
         demos = workdir / "demos" / task
         record_demos(task, demos, args.demos)
@@ -351,22 +349,32 @@ def part_sb3(args: argparse.Namespace, workdir: Path) -> tuple[list[dict], dict]
 CARRIED = "measured by an earlier invocation: each goal names its commit"
 
 
-def measured_earlier(previous: dict, unmeasured: dict) -> dict:
+def measured_earlier(previous: dict, unmeasured: dict, measured: bool) -> dict:
     """A goal this invocation does not measure: as the last invocation that measured it recorded it (``previous``,
     the results file before this run), with that one's commit and date, so that measuring one part or task does not
-    erase another's figure; ``unmeasured`` (value None) when none did."""
+    erase another's figure; ``unmeasured`` (value None) when none did. ``measured``: ``previous`` holds details of a
+    measurement of it, so a value of None there is a figure (not reached), not a gap."""
     for g in previous.get("goals", []):
-        if g["name"] == unmeasured["name"] and g.get("value") is not None:
+        if g["name"] == unmeasured["name"] and (g.get("value") is not None or measured):
             return {**g, "commit": g.get("commit", previous.get("commit")),
                     "date": g.get("date", (previous.get("machine") or {}).get("date"))}
     return unmeasured
 
 
-def carried_over(previous: dict, part: str, unmeasured: list[dict], details: dict) -> list[dict]:
+def task_measured_earlier(previous: dict, task: str, goal_minutes: float) -> tuple[dict, dict]:
+    """Part rlpd's goal and details for a task this invocation does not run, as the last one that ran it left them."""
+    earlier = previous.get("rlpd", {}).get(task)
+    measured = isinstance(earlier, dict) and "not_measured" not in earlier
+    kept = measured_earlier(previous, goal(f"{task}_minutes_to_80pct", None, "<=", goal_minutes), measured)
+    return kept, ({**earlier, "carried_over": CARRIED} if measured
+                  else {"not_measured": "not run in this invocation"})
+
+
+def carried_over(previous: dict, part: str, unmeasured: list[dict], details: dict, measured: bool) -> list[dict]:
     """The goals of a part this invocation does not run (``measured_earlier``), and its details under
-    ``details[part]`` when any of them was measured before."""
-    goals = [measured_earlier(previous, g) for g in unmeasured]
-    if part in previous and any(g["value"] is not None for g in goals):
+    ``details[part]`` when it was measured before (``measured``: its details show a measurement)."""
+    goals = [measured_earlier(previous, g, measured) for g in unmeasured]
+    if measured:
         details[part] = {**previous[part], "carried_over": CARRIED}
     return goals
 
@@ -397,14 +405,19 @@ def main() -> None:
         if args.part in ("rlpd", "all"):
             g, details["rlpd"] = part_rlpd(args, Path(tmp), previous)
             goals += g
+        elif "rlpd" in previous:
+            details["rlpd"] = {k: v for k, v in previous["rlpd"].items() if k not in RLPD_TASKS}
+            for task, goal_minutes in RLPD_TASKS.items():
+                g, details["rlpd"][task] = task_measured_earlier(previous, task, goal_minutes)
+                goals.append(g)
         else:
-            goals += carried_over(previous, "rlpd", [goal(f"{t}_minutes_to_80pct", None, "<=", m)
-                                                     for t, m in RLPD_TASKS.items()], details)
+            goals += [goal(f"{t}_minutes_to_80pct", None, "<=", m) for t, m in RLPD_TASKS.items()]
         if args.part in ("sb3", "all"):
             g, details["sb3"] = part_sb3(args, Path(tmp))
             goals += g
         else:
-            goals += carried_over(previous, "sb3", [goal("max_env_steps_ratio_vs_sb3", None, "<=", 0.5)], details)
+            goals += carried_over(previous, "sb3", [goal("max_env_steps_ratio_vs_sb3", None, "<=", 0.5)], details,
+                                  measured="envs" in previous.get("sb3", {}))
     not_measured = {"rlpd": "part rlpd not run in this invocation", "sb3": "part sb3 not run in this invocation"}
     path = write_result("learn_tasks", run_command(ap, args, "bench-learn-tasks", "learn_tasks.py"), goals,
                         seeds=args.seeds, eval_seed=EVAL_SEED, **details,

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
-from learn_tasks import UNRESOLVED, resolved_ratio, worst_ratio  # noqa: E402
+from learn_tasks import UNRESOLVED, resolved_ratio, task_measured_earlier, worst_ratio  # noqa: E402
 
 MARKS = [1000, 2000, 3000, 4000]
 
@@ -51,3 +51,16 @@ def test_the_worst_ratio_leaves_out_the_unresolved_and_is_unresolved_only_when_a
     assert worst_ratio([0.4, UNRESOLVED, 0.45]) == 0.45
     assert worst_ratio([UNRESOLVED, UNRESOLVED]) == UNRESOLVED
     assert worst_ratio([UNRESOLVED, None]) is None
+
+
+def test_a_task_measured_as_not_reached_is_carried_over_as_a_figure_not_erased():
+    previous = {"commit": "abc1234", "machine": {"date": "2026-12-04"},
+                "goals": [{"name": "push_cube_minutes_to_80pct", "value": None, "target": "<= 20", "met": False},
+                          {"name": "pick_cube_minutes_to_80pct", "value": None, "target": "<= 30", "met": False}],
+                "rlpd": {"push_cube": {"runs": [{"seed": 0, "minutes": None}]},
+                         "pick_cube": {"not_measured": "left out of --tasks in this invocation"}}}
+    kept, details = task_measured_earlier(previous, "push_cube", 20.0)
+    assert kept["value"] is None and kept["commit"] == "abc1234" and kept["date"] == "2026-12-04"
+    assert details["runs"] == [{"seed": 0, "minutes": None}] and "carried_over" in details
+    kept, details = task_measured_earlier(previous, "pick_cube", 30.0)  # never measured: no commit claimed
+    assert kept["value"] is None and "commit" not in kept and "not_measured" in details
