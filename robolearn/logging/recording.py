@@ -2,11 +2,11 @@
 
 Entities (one scalar series per element, batched with ``send_columns``):
 - ``robot/<robot_id>/observation/state`` on the ``tick`` timeline (control ticks),
-- ``robot/<robot_id>/action`` (the action a transition records: as asked, robot units), ``robot/<robot_id>/reward``,
+- ``robot/<robot_id>/action`` (executed action, robot units), ``robot/<robot_id>/reward``,
 - ``learner/<metric>`` (losses, temperature, ...) on the ``learner_step`` timeline,
 - ``robot/<robot_id>/chunk`` (each received chunk's predicted actions at the ticks they were meant
   for) and ``robot/<robot_id>/stalled`` (1 at a stalled tick), from the actor, on the ``tick`` timeline:
-  plotted with ``action`` they show predicted chunks against what was applied.
+  plotted with ``action`` they show predicted chunks against what was executed.
 
 The learner owns ``run.rrd``: every transition passes through it anyway, so nothing is logged twice.
 Each actor writes what only it knows to ``actor-<i>.rrd`` under the same recording id, so
