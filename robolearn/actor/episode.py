@@ -29,7 +29,6 @@ import torch
 
 from robolearn.actor.chunking import ChunkExecutor
 from robolearn.clock import Clock
-from robolearn.hardware.safety import GuardedRobot
 from robolearn.hardware.task import TaskEnv
 from robolearn.hardware.teleop import Intervener
 from robolearn.transition import ActionSource
@@ -119,7 +118,7 @@ class EpisodeResult:
     episode_return: float
     stalled_ticks: int
     end_tick: int                # the tick counter after the episode (the next episode's first tick)
-    actions: np.ndarray          # (ticks, A) what the robot executed, robot units
+    actions: np.ndarray          # (ticks, A) executed, robot units
     intervention_ticks: int = 0
     final_obs: dict[str, np.ndarray] = field(default_factory=dict)
     stopped: bool = False        # the gate ended it before the env did (stop, budget, lost lease)
@@ -171,16 +170,6 @@ class EpisodeLoop:
             if method is not None:
                 method(*args)
 
-    def _recorded(self, asked: np.ndarray, done: np.ndarray) -> np.ndarray:
-        """The action a transition records: what was asked (the policy's or the person's), so that the critic
-        learns what asking it does, a clip at a joint limit, the guard's speed limit or the servo-target bound
-        included. Recording what the robot did instead scores the actor, which asks, at actions the critic never
-        saw where a clip binds: a policy pressing the hand into the table asked for more forever, executed nothing,
-        and its critic, trained on the nothing, never learned that asking does nothing (docs/algorithms.md, "What
-        a transition records"). A hold (e-stop, a rejected command, the watchdog) replaced the command for a
-        reason the state does not show: then what the robot did."""
-        return done if isinstance(self.env.robot, GuardedRobot) and self.env.robot.held else asked
-
     def run(self, seed: int, episode_id: int = 0) -> EpisodeResult:
         """One episode from ``env.reset(seed=seed)`` until the env ends it or the gate stops it."""
         obs, _ = self.env.reset(seed=seed)
@@ -199,13 +188,14 @@ class EpisodeLoop:
             self._notify("on_apply", episode_id, step)
             t_act = time.time()
             next_obs, reward, terminated, truncated, info = self.env.step(action)
-            done = action if info.get("executed_action") is None else np.asarray(info["executed_action"], np.float32)
-            self.driver.executed(done)
-            record = StepRecord(episode_id, step, self.tick, obs, self._recorded(action, done), float(reward),
-                                bool(terminated), bool(truncated), info, next_obs, fields, stalled, t_obs, t_act)
+            if info.get("executed_action") is not None:  # clipped or held on its way: record what the robot did
+                action = np.asarray(info["executed_action"], np.float32)
+            self.driver.executed(action)
+            record = StepRecord(episode_id, step, self.tick, obs, action, float(reward), bool(terminated),
+                                bool(truncated), info, next_obs, fields, stalled, t_obs, t_act)
             obs, t_obs = next_obs, time.time()
             self.tick += 1
-            executed.append(done)
+            executed.append(action)
             ret += record.reward
             human_ticks += int(fields["intervention"])
             success = record.success

@@ -14,8 +14,7 @@ its leased robot only through it. Each ``send_action(command)`` (joint position 
 
 Holding means commanding again the last command that was sent (position-controlled servos then stay where
 they are); before any, the robot's measured joint positions (the first entries of its ``state``, as
-``hardware.robot.joint_specs`` lays them out). ``held`` says whether the last command was replaced by a hold: the
-episode loop then records what the robot did, not what was asked (a clip is the robot's dynamics, a hold is not).
+``hardware.robot.joint_specs`` lays them out).
 
 The watchdog has two triggers. ``watchdog_late_ticks`` commands in a row later than 1.5 control periods after the
 one before (the loop is missing its deadlines: what it sends was planned for a moment that has passed; watched
@@ -157,7 +156,6 @@ class GuardedRobot:
         self._t_last: float | None = None
         self._late = self._stalled = self._on_time = 0
         self._late_trip = self._stall_trip = False
-        self.held = False  # the last send_action was replaced by a hold (e-stop, rejected, watchdog)
         names = robot.action_spec.array.names
         self._speed = np.array([config.max_gripper_speed if n.startswith("gripper") else config.max_speed
                                 for n in names] if names else config.max_speed, np.float32)
@@ -198,7 +196,6 @@ class GuardedRobot:
         now = time.monotonic()
         self._watch(now)
         self._t_last = now
-        self.held = True
         if self.estop.latched:
             self.counts.held_for_estop += 1
             return self._send(self._hold())
@@ -210,7 +207,6 @@ class GuardedRobot:
         if self._late_trip:
             self.counts.held_for_watchdog += 1
             return self._send(self._hold())
-        self.held = False
         command = self.action_spec.clip(action)
         if not np.array_equal(command, action):
             self.counts.clipped_to_limits += 1

@@ -27,8 +27,7 @@ class TaskEnv(Protocol):
     def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         """(next observation, reward, terminated, truncated, info with ``success``). Where the robot did not
         execute ``action`` as given (clipped at a joint limit or by the safety guard, held), info carries
-        ``executed_action``: what it did execute, in the task's action units; the teleop is told that, and it is
-        recorded only where the guard held the robot (``EpisodeLoop._recorded``)."""
+        ``executed_action``: what it did execute, in the task's action units; that is what gets recorded."""
         ...
 
     def close(self) -> None: ...
