@@ -112,12 +112,14 @@ LEARNED_SUCCESS = 0.1  # an SB3 success rate under this: SB3 did not learn the t
 
 # --- part rlpd ------------------------------------------------------------------------------------------------
 def record_demos(task: str, out: Path, episodes: int) -> None:
-    """The task's scripted expert, at the robot rate the runs use (a demo at another rate is another action)."""
+    """The task's scripted expert, at the robot rate the runs use (a demo at another rate is another action), with
+    the runs' task settings (a demo's state must be the runs' state)."""
     import subprocess
 
-    robot = [o for o in RLPD if o.startswith("robot.")]  # the rate, and the servo-target bound the runs use
+    # the rate and the servo-target bound the runs use, and the task's own task.* settings
+    settings = [o for o in [*RLPD, *RLPD_TASK[task]] if o.startswith(("robot.", "task."))]
     subprocess.run([str(ROBOLEARN), "record", f"task={task}", f"episodes={episodes}", f"out={out}",
-                    f"seed={DEMO_SEED}", *robot], check=True, capture_output=True, text=True)
+                    f"seed={DEMO_SEED}", *settings], check=True, capture_output=True, text=True)
 
 
 def rlpd_seed(task: str, seed: int, demos: Path, cap: float, workdir: Path, episodes: int, bc_weight: float) -> dict:

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+import learn_tasks  # noqa: E402
 from learn_tasks import UNRESOLVED, resolved_ratio, task_measured_earlier, worst_ratio  # noqa: E402
 
 MARKS = [1000, 2000, 3000, 4000]
@@ -64,3 +65,16 @@ def test_a_task_measured_as_not_reached_is_carried_over_as_a_figure_not_erased()
     assert details["runs"] == [{"seed": 0, "minutes": None}] and "carried_over" in details
     kept, details = task_measured_earlier(previous, "pick_cube", 30.0)  # never measured: no commit claimed
     assert kept["value"] is None and "commit" not in kept and "not_measured" in details
+
+
+def test_demos_are_recorded_with_the_runs_robot_and_task_settings_not_their_learner_settings(monkeypatch, tmp_path):
+    """A demo's state must be the runs' state: a task setting that changes it (``task.command_lead``) goes to
+    ``robolearn record`` with the robot's rate and servo-target bound; the policy's and the learner's do not."""
+    asked: list[list[str]] = []
+    monkeypatch.setattr("subprocess.run", lambda argv, **_: asked.append(argv))
+    monkeypatch.setitem(learn_tasks.RLPD_TASK, "push_cube", ["task.command_lead=true", "policy.discrete_gripper=true"])
+    learn_tasks.record_demos("push_cube", tmp_path / "demos", 3)
+    (argv,) = asked
+    assert argv[1:3] == ["record", "task=push_cube"] and "episodes=3" in argv
+    assert {"robot.control_hz=50", "robot.max_relative_target=6", "task.command_lead=true"} <= set(argv)
+    assert not [a for a in argv if a.startswith(("policy.", "learner.", "algo.", "actor."))]
