@@ -208,31 +208,3 @@ def test_push_reward_pulls_the_fingertips_to_the_push_point_behind_the_cube():
     assert plain_reward != pytest.approx(reward)
     with pytest.raises(ValueError, match="hand_target"):
         PushCubeConfig(hand_target="side")
-
-
-def test_command_lead_shows_the_servo_targets_ahead_of_a_hand_pressed_into_the_floor():
-    """``task.command_lead``: the state ends with commanded - present per joint, bounded by
-    ``robot.max_relative_target``. Pressed into the floor, the joints barely move while the asked joints' targets sit
-    at the bound ahead of them; without the bound the targets run on; without the option the state is unchanged."""
-    press = np.array([0, 6, 6, 0, 0, 0], np.float32)  # shoulder lift and elbow down: the jaws into the floor
-    plain = PushCubeEnv(PushCubeConfig(), SimSO101Config(max_relative_target=6.0))
-    env = PushCubeEnv(PushCubeConfig(command_lead=True), SimSO101Config(max_relative_target=6.0))
-    spec = env.observation_spec.arrays["state"]
-    assert spec.names[:-6] == plain.observation_spec.arrays["state"].names
-    assert spec.names[-6:] == tuple(f"{j}.lead" for j in ("shoulder_pan", "shoulder_lift", "elbow_flex",
-                                                           "wrist_flex", "wrist_roll", "gripper"))
-    assert spec.low[-6:] == (-6.0,) * 6 and spec.high[-6:] == (6.0,) * 6
-    obs, _ = env.reset(seed=1)
-    np.testing.assert_allclose(obs["state"][-6:], 0.0, atol=1e-4)  # at rest on its targets
-    for _ in range(40):
-        before = env.robot.joint_positions()
-        obs, *_ = env.step(press)
-    assert env.grasp_pos()[2] < 0.02  # on the floor
-    assert np.abs(env.robot.joint_positions() - before).max() < 0.2  # joints still (deg a tick)
-    assert np.all(np.abs(obs["state"][-6:][1:3] - 6.0) < 0.2)  # the asked joints' targets at the bound ahead
-    unbounded = PushCubeEnv(PushCubeConfig(command_lead=True))
-    assert unbounded.observation_spec.arrays["state"].high[-1] == np.inf
-    unbounded.reset(seed=1)
-    for _ in range(40):
-        obs, *_ = unbounded.step(press)
-    assert obs["state"][-6:][1:3].min() > 30.0  # no bound: the targets run on ahead of the pressed joints

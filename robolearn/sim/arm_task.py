@@ -3,11 +3,6 @@
 A task's action (6,) is a bounded joint-position delta per tick (deg for the arm, 0..100 units for the
 gripper) added to the servos' current targets and clipped to the joint limits by the robot. Its
 observation is a ``state`` vector the task defines plus the uint8 images of the cameras it asks for.
-
-``task.command_lead=true`` appends the servo targets' lead over the joints (commanded - present, per joint) to the
-state. A delta action moves the targets, not the joints, so where the targets are is part of what the next action
-does; the joints alone do not show it when the hand is pressed into the floor or a cube, the joints still and the
-targets ahead of them.
 """
 
 from __future__ import annotations
@@ -40,8 +35,6 @@ class ArmTaskConfig:
     camera_size: int = 96                              # square images, pixels
     camera_shadows: bool = True                        # false: no shadows or reflections in the camera images,
                                                        # ~12x cheaper in software rendering (sim.view.plain_scene)
-    command_lead: bool = False       # the servo targets' lead over the joints (commanded - present) at the end of
-                                     # ``state``, bounded by robot.max_relative_target (unbounded without it)
 
     def __post_init__(self) -> None:
         unknown = set(self.cameras) - set(CAMERAS)
@@ -82,12 +75,6 @@ class ArmTaskEnv(gym.Env):
             low=(-d,) * 5 + (-g,), high=(d,) * 5 + (g,),
         ))
         rs = self.robot.observation_spec.arrays["state"]
-        if task.command_lead:  # a target is held within max_relative_target of its joint; without it, any distance
-            lead = self.robot.config.max_relative_target or np.inf
-            joints = self.robot.action_spec.array.names
-            extra_names += tuple(name.replace(".pos", ".lead") for name in joints)
-            extra_low += (-lead,) * len(joints)
-            extra_high += (lead,) * len(joints)
         n = len(rs.names) + len(extra_names)
         size = task.camera_size
         self.observation_spec = ObservationSpec({"state": ArraySpec(
@@ -110,10 +97,7 @@ class ArmTaskEnv(gym.Env):
 
     def _obs(self) -> dict[str, np.ndarray]:
         state = self.robot.get_observation()["state"]
-        parts = [state, self._state_extra()]
-        if self.task.command_lead:
-            parts.append(self.robot.commanded_positions() - self.robot.joint_positions())
-        obs = {"state": np.concatenate(parts).astype(np.float32)}
+        obs = {"state": np.concatenate([state, self._state_extra()]).astype(np.float32)}
         for cam in self.task.cameras:
             obs[cam] = self.render(cam)
         return obs
