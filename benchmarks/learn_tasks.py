@@ -138,10 +138,12 @@ def rlpd_seed(task: str, seed: int, demos: Path, cap: float, workdir: Path, epis
             "checkpoints": len(snapshots), "evaluations": evaluated, "curve": run["curve"]}
 
 
-def part_rlpd(args: argparse.Namespace, workdir: Path, previous: dict) -> tuple[list[dict], dict]:
+def part_rlpd(args: argparse.Namespace, workdir: Path, previous: dict, tasks: list[str]) -> tuple[list[dict], dict]:
+    """Part rlpd on ``tasks``; every other task keeps what the last invocation that ran it left (none run: the
+    part's settings too, as that invocation recorded them)."""
     goals, details = [], {}
     for task, goal_minutes in RLPD_TASKS.items():
-        if task not in args.tasks:
+        if task not in tasks:
             g, details[task] = task_measured_earlier(previous, task, goal_minutes)
             goals.append(g)
             continue
@@ -155,6 +157,8 @@ def part_rlpd(args: argparse.Namespace, workdir: Path, previous: dict) -> tuple[
         details[task] = {"minutes_to_80pct": summary, "confirmed_success_per_seed": [r["confirmed_success"]
                                                                                      for r in runs],
                          "cap_minutes": cap, "task_overrides": RLPD_TASK[task], "runs": runs}
+    if not tasks:
+        return goals, {**{k: v for k, v in previous["rlpd"].items() if k not in RLPD_TASKS}, **details}
     return goals, {"demos_per_task": args.demos, "demo_seed": DEMO_SEED, "confirm_seed": CONFIRM_SEED,
                    "overrides": [*RLPD, f"algo.bc_weight={args.bc_weight}"], **details}
 
@@ -406,14 +410,10 @@ def main() -> None:
     goals, details = [], {}
     previous = json.loads(RESULT.read_text()) if RESULT.exists() else {}
     with tempfile.TemporaryDirectory() as tmp:
-        if args.part in ("rlpd", "all"):
-            g, details["rlpd"] = part_rlpd(args, Path(tmp), previous)
+        if args.part in ("rlpd", "all") or "rlpd" in previous:
+            g, details["rlpd"] = part_rlpd(args, Path(tmp), previous,
+                                           args.tasks if args.part in ("rlpd", "all") else [])
             goals += g
-        elif "rlpd" in previous:
-            details["rlpd"] = {k: v for k, v in previous["rlpd"].items() if k not in RLPD_TASKS}
-            for task, goal_minutes in RLPD_TASKS.items():
-                g, details["rlpd"][task] = task_measured_earlier(previous, task, goal_minutes)
-                goals.append(g)
         else:
             goals += [goal(f"{t}_minutes_to_80pct", None, "<=", m) for t, m in RLPD_TASKS.items()]
         if args.part in ("sb3", "all"):

@@ -68,13 +68,26 @@ def test_a_task_measured_as_not_reached_is_carried_over_as_a_figure_not_erased()
 
 
 def test_demos_are_recorded_with_the_runs_robot_and_task_settings_not_their_learner_settings(monkeypatch, tmp_path):
-    """A demo's state must be the runs' state: a task setting that changes it (``task.command_lead``) goes to
+    """A demo's state must be the runs' state: a task setting that changes it (e.g. ``task.scene_state``) goes to
     ``robolearn record`` with the robot's rate and servo-target bound; the policy's and the learner's do not."""
     asked: list[list[str]] = []
     monkeypatch.setattr("subprocess.run", lambda argv, **_: asked.append(argv))
-    monkeypatch.setitem(learn_tasks.RLPD_TASK, "push_cube", ["task.command_lead=true", "policy.discrete_gripper=true"])
+    monkeypatch.setitem(learn_tasks.RLPD_TASK, "push_cube", ["task.scene_state=false", "policy.discrete_gripper=true"])
     learn_tasks.record_demos("push_cube", tmp_path / "demos", 3)
     (argv,) = asked
     assert argv[1:3] == ["record", "task=push_cube"] and "episodes=3" in argv
-    assert {"robot.control_hz=50", "robot.max_relative_target=6", "task.command_lead=true"} <= set(argv)
+    assert {"robot.control_hz=50", "robot.max_relative_target=6", "task.scene_state=false"} <= set(argv)
     assert not [a for a in argv if a.startswith(("policy.", "learner.", "algo.", "actor."))]
+
+
+def test_part_rlpd_run_on_no_task_keeps_every_task_and_the_settings_they_were_measured_with():
+    previous = {"commit": "abc1234", "machine": {"date": "2026-12-04"},
+                "goals": [{"name": "pick_cube_minutes_to_80pct", "value": 11.2, "target": "<= 30.0", "met": True}],
+                "rlpd": {"demos_per_task": 20, "overrides": ["robot.control_hz=50"],
+                         "pick_cube": {"minutes_to_80pct": {"median": 11.2}, "runs": []}}}
+    goals, details = learn_tasks.part_rlpd(None, None, previous, tasks=[])
+    assert [g["name"] for g in goals] == [f"{t}_minutes_to_80pct" for t in learn_tasks.RLPD_TASKS]
+    pick = goals[list(learn_tasks.RLPD_TASKS).index("pick_cube")]
+    assert pick["value"] == 11.2 and pick["commit"] == "abc1234"
+    assert details["demos_per_task"] == 20 and details["overrides"] == ["robot.control_hz=50"]
+    assert "carried_over" in details["pick_cube"] and "not_measured" in details["push_cube"]
