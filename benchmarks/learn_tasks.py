@@ -8,7 +8,8 @@ processes, zmq, on-disk buffer) learns from them with the sim paced in real time
 (``actor.realtime=true``; the demos are recorded at the same 50 Hz and servo-target bound), with the settings in
 ``RLPD`` below (half of each batch from the demos, two LayerNorm critics, 3-step returns, the learner updating
 as fast as it can: ``learner.utd_ratio=4`` is more than 2 cores reach at 50 Hz, about 1.2-1.6), the task's own in
-``RLPD_TASK`` (pick_cube: the discrete gripper's Q-head) and
+``RLPD_TASK`` (push_cube: RLPD's ensemble of ten LayerNorm critics, 2 x 128 units; pick_cube: the discrete
+gripper's Q-head, two 2 x 256 critics) and
 ``algo.bc_weight=--bc-weight`` (1.0 by default: TD3+BC's imitation of the demo rows beside RLPD's losses; 0 is plain
 RLPD). Recording the demos is not counted in the minutes. ``--tasks`` runs part rlpd on some of the tasks. Every
 checkpoint the learner writes is copied aside with the wall clock since the command was launched (start-up counts).
@@ -99,8 +100,11 @@ RLPD = ["robot.control_hz=50", "robot.max_relative_target=6", "actor.realtime=tr
         "algo.gamma=0.99", "algo.n_step=3", "learner.checkpoint_every_s=10"]
 # and each task's own: pick_cube's gripper is chosen by a Q-head over close / stay / open (HIL-SERL's grasp critic);
 # with a Gaussian gripper it learned to grasp in 0-6% of its training episodes in 10 minutes, with the Q-head 30%
-# (BENCHMARKS.md, development runs P1 and P2). push_cube holds its gripper still.
-RLPD_TASK = {"push_cube": [], "pick_cube": ["policy.discrete_gripper=true"]}
+# (BENCHMARKS.md, development runs P1 and P2). push_cube holds its gripper still; it takes RLPD's ensemble of ten
+# critics, made 2 x 128 so an update costs about what two 2 x 256 critics do (34-37 updates/s beside the actor): 81 of
+# 100 development episodes after 20 minutes, against 70-74 with two critics (BENCHMARKS.md, development run N).
+RLPD_TASK = {"push_cube": ["algo.num_critics=10", "algo.critic_hidden_dims=[128,128]"],
+             "pick_cube": ["policy.discrete_gripper=true"]}
 SB3_ENVS = {"reach": 15_000, "push_cube": 60_000, "Reacher-v5": 20_000, "Pusher-v5": 60_000}  # env: env steps
 ROBOLEARN_TASK = {"reach": ["task=reach"], "push_cube": ["task=push_cube"],
                   "Reacher-v5": ["task=gym", "task.env_id=Reacher-v5"],
