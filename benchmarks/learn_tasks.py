@@ -101,8 +101,9 @@ RLPD = ["robot.control_hz=50", "robot.max_relative_target=6", "actor.realtime=tr
 # and each task's own: pick_cube's gripper is chosen by a Q-head over close / stay / open (HIL-SERL's grasp critic);
 # with a Gaussian gripper it learned to grasp in 0-6% of its training episodes in 10 minutes, with the Q-head 30%
 # (BENCHMARKS.md, development runs P1 and P2). push_cube holds its gripper still; it takes RLPD's ensemble of ten
-# critics, made 2 x 128 so an update costs about what two 2 x 256 critics do (34-37 updates/s beside the actor): 81 of
-# 100 development episodes after 20 minutes, against 70-74 with two critics (BENCHMARKS.md, development run N).
+# critics, made 2 x 128 so an update costs about 1.2 times what two 2 x 256 critics do (47,218 updates in 20 minutes
+# beside the actor, against 56,196 the same day with two): 81 of 100 development episodes after 20 minutes, against
+# 70-74 with two critics (BENCHMARKS.md, development run N).
 RLPD_TASK = {"push_cube": ["algo.num_critics=10", "algo.critic_hidden_dims=[128,128]"],
              "pick_cube": ["policy.discrete_gripper=true"]}
 SB3_ENVS = {"reach": 15_000, "push_cube": 60_000, "Reacher-v5": 20_000, "Pusher-v5": 60_000}  # env: env steps
@@ -162,7 +163,7 @@ def part_rlpd(args: argparse.Namespace, workdir: Path, previous: dict, tasks: li
                                                                                      for r in runs],
                          "cap_minutes": cap, "task_overrides": RLPD_TASK[task], "runs": runs}
     if not tasks:
-        return goals, {**{k: v for k, v in previous["rlpd"].items() if k not in RLPD_TASKS}, **details}
+        return goals, {**{k: v for k, v in previous.get("rlpd", {}).items() if k not in RLPD_TASKS}, **details}
     return goals, {"demos_per_task": args.demos, "demo_seed": DEMO_SEED, "confirm_seed": CONFIRM_SEED,
                    "overrides": [*RLPD, f"algo.bc_weight={args.bc_weight}"], **details}
 

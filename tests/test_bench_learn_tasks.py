@@ -1,6 +1,7 @@
 """learn_tasks' comparison with SB3: robolearn's env steps to SB3's final figure over SB3's, and the ratios the
 marks cannot measure (benchmarks/learn_tasks.py, part sb3)."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -91,3 +92,28 @@ def test_part_rlpd_run_on_no_task_keeps_every_task_and_the_settings_they_were_me
     assert pick["value"] == 11.2 and pick["commit"] == "abc1234"
     assert details["demos_per_task"] == 20 and details["overrides"] == ["robot.control_hz=50"]
     assert "carried_over" in details["pick_cube"] and "not_measured" in details["push_cube"]
+
+
+def test_main_with_part_sb3_records_no_demos_and_carries_part_rlpd_over_unchanged(monkeypatch, tmp_path):
+    previous = {"commit": "abc1234", "machine": {"date": "2026-12-04"},
+                "goals": [{"name": "pick_cube_minutes_to_80pct", "value": 11.2, "target": "<= 30.0", "met": True}],
+                "rlpd": {"demos_per_task": 20, "pick_cube": {"minutes_to_80pct": {"median": 11.2}, "runs": []}}}
+    result = tmp_path / "learn_tasks.json"
+    result.write_text(json.dumps(previous))
+    written: dict = {}
+
+    def no_demos(*_):
+        raise AssertionError("part rlpd recorded demos in a --part sb3 invocation")
+
+    monkeypatch.setattr(learn_tasks, "RESULT", result)
+    monkeypatch.setattr(learn_tasks, "record_demos", no_demos)
+    monkeypatch.setattr(learn_tasks, "part_sb3", lambda *_: ([learn_tasks.goal(
+        "max_env_steps_ratio_vs_sb3", None, "<=", 0.5)], {"envs": {}}))
+    monkeypatch.setattr(learn_tasks, "write_result", lambda name, command, goals, **details: written.update(
+        goals=goals, **details) or result)
+    monkeypatch.setattr(sys, "argv", ["learn_tasks.py", "--part", "sb3"])
+    learn_tasks.main()
+    assert written["rlpd"]["demos_per_task"] == 20 and "carried_over" in written["rlpd"]["pick_cube"]
+    assert [g["name"] for g in written["goals"]] == ["push_cube_minutes_to_80pct", "pick_cube_minutes_to_80pct",
+                                                     "max_env_steps_ratio_vs_sb3"]
+    assert written["goals"][1]["value"] == 11.2 and written["goals"][1]["commit"] == "abc1234"
