@@ -7,7 +7,7 @@ record`` (seeds 800000+, never evaluated on), then for each seed the real ``robo
 processes, zmq, on-disk buffer) learns from them with the sim paced in real time at 50 Hz, as hardware would be
 (``actor.realtime=true``; the demos are recorded at the same 50 Hz and servo-target bound), with the settings in
 ``RLPD`` below (half of each batch from the demos, LayerNorm critics, 3-step returns, the learner updating
-as fast as it can: ``learner.utd_ratio=4`` is more than 2 cores reach at 50 Hz, about 1.2-1.6), the task's own in
+as fast as it can: ``learner.utd_ratio=4`` is more than 2 cores reach at 50 Hz, about 0.8-1.6), the task's own in
 ``RLPD_TASK`` (push_cube: RLPD's ensemble of ten LayerNorm critics, 2 x 128 units; pick_cube: the discrete
 gripper's Q-head, two 2 x 256 critics) and
 ``algo.bc_weight=--bc-weight`` (1.0 by default: TD3+BC's imitation of the demo rows beside RLPD's losses; 0 is plain
