@@ -11,11 +11,16 @@ episode going for N ticks of success after the expert succeeds (the expert holds
 ``next.success`` is the simulator's success after that frame's step: the labels are exact. ``hold_aim_m=r``
 (reach) has the expert of the successful episodes aim a random point up to ``r`` from the goal, so the success
 frames it holds cover the success region out to near its edge, not only its centre: with near misses just outside
-it, the classifier is shown the boundary from both sides.
+it, the classifier is shown the boundary from both sides. ``wander=W`` records W more episodes in which no expert
+drives: the arm is moved about at random (``RandomWalk``), as a person moving it without doing the task would. Its
+frames are poses the expert never takes, labelled by the same exact success; without them a classifier has only
+seen the expert's way to the goal, and an RL policy rewarded by it finds the poses it never saw and is told yes
+there (docs/algorithms.md, "A learned reward").
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +28,22 @@ import numpy as np
 
 from robolearn.buffer.lerobot_io import lerobot_features, lerobot_frame, save_episode
 from robolearn.hardware.task import TaskEnv
+
+
+@dataclass(frozen=True)
+class RandomWalk:
+    """Actions that move the arm about at random: a_t = clip(keep * a_{t-1} + step * (high - low) / 2 * n_t, low,
+    high), n_t ~ N(0, I), a_0 = clip(0) (shapes: (A,), the action spec's). ``keep`` near 1 makes the motion smooth
+    (a hand sweeping the arm, not a tremor); with the twin's joint-delta actions it wanders over the workspace."""
+
+    keep: float = 0.85
+    step: float = 0.5
+
+    def actions(self, low: np.ndarray, high: np.ndarray, rng: np.random.Generator) -> Iterator[np.ndarray]:
+        action = np.clip(np.zeros_like(low), low, high)
+        while True:
+            action = np.clip(self.keep * action + self.step * (high - low) / 2 * rng.normal(size=low.shape), low, high)
+            yield action.astype(np.float32)
 
 
 @dataclass
@@ -35,17 +56,18 @@ class RecordResult:
 
 def record(env: TaskEnv, episodes: int, root: Path, repo_id: str, fps: int, seed: int = 0,
            task: str = "", hold_ticks: int = 0, near_misses: int = 0,
-           miss_m: tuple[float, float] = (0.04, 0.08), hold_aim_m: float = 0.0) -> RecordResult:
+           miss_m: tuple[float, float] = (0.04, 0.08), hold_aim_m: float = 0.0, wander: int = 0) -> RecordResult:
     """Record ``episodes`` expert episodes of ``env`` (seeds ``seed``, ``seed + 1``, ...), then ``near_misses``
-    more, into ``root``. Each frame's lerobot ``task`` is the env's ``instruction`` when it has one, else ``task``."""
+    more, then ``wander`` episodes of a ``RandomWalk``, into ``root``. Each frame's lerobot ``task`` is the env's
+    ``instruction`` when it has one, else ``task``."""
     if not hasattr(env, "expert_action"):
         raise NotImplementedError(f"{type(env).__name__} has no scripted expert to record demos with")
     if (near_misses or hold_aim_m) and not hasattr(env, "aim_offset"):
         raise NotImplementedError(f"near_misses and hold_aim_m: {type(env).__name__}'s expert cannot aim off its goal "
                                   "(no aim_offset)")
-    if hold_ticks < 0 or near_misses < 0 or hold_aim_m < 0 or not 0 < miss_m[0] <= miss_m[1]:
-        raise ValueError(f"hold_ticks, near_misses and hold_aim_m must be >= 0 and 0 < miss_m[0] <= miss_m[1], got "
-                         f"{hold_ticks}, {near_misses}, {hold_aim_m}, {miss_m}")
+    if min(hold_ticks, near_misses, hold_aim_m, wander) < 0 or not 0 < miss_m[0] <= miss_m[1]:
+        raise ValueError(f"hold_ticks, near_misses, hold_aim_m and wander must be >= 0 and 0 < miss_m[0] <= miss_m[1], "
+                         f"got {hold_ticks}, {near_misses}, {hold_aim_m}, {wander}, {miss_m}")
     if root.exists():
         raise FileExistsError(f"{root} already exists; record into a new folder")
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
@@ -53,10 +75,13 @@ def record(env: TaskEnv, episodes: int, root: Path, repo_id: str, fps: int, seed
     ds = LeRobotDataset.create(repo_id, fps=fps, features=lerobot_features(env.observation_spec, env.action_spec),
                                root=root, use_videos=False)
     frames = successes = 0
-    for ep in range(episodes + near_misses):
+    low, high = env.action_spec.array.low_array(), env.action_spec.array.high_array()
+    for ep in range(episodes + near_misses + wander):
         obs, _ = env.reset(seed=seed + ep)
         aim_m = miss_m if ep >= episodes else (0.0, hold_aim_m)  # a near miss aims beside the goal
-        if aim_m[1]:
+        walk = RandomWalk().actions(low, high, np.random.default_rng([seed, ep])) \
+            if ep >= episodes + near_misses else None
+        if aim_m[1] and walk is None:
             rng = np.random.default_rng([seed, ep])
             direction = rng.normal(size=3)
             env.aim_offset = direction / np.linalg.norm(direction) * rng.uniform(*aim_m)
@@ -64,7 +89,7 @@ def record(env: TaskEnv, episodes: int, root: Path, repo_id: str, fps: int, seed
         episode_task = getattr(env, "instruction", "") or task
         done, info, held = False, {}, 0
         while not done:
-            action = env.expert_action()
+            action = env.expert_action() if walk is None else next(walk)
             next_obs, reward, terminated, truncated, info = env.step(action)
             success = bool(info.get("success"))
             holding = terminated and success and held < hold_ticks  # success frames for a classifier
@@ -77,4 +102,4 @@ def record(env: TaskEnv, episodes: int, root: Path, repo_id: str, fps: int, seed
         save_episode(ds)
         successes += int(bool(info.get("success")))
     ds.finalize()
-    return RecordResult(episodes + near_misses, frames, successes, root)
+    return RecordResult(episodes + near_misses + wander, frames, successes, root)

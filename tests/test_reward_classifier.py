@@ -246,3 +246,36 @@ def test_success_holds_cover_the_success_region_when_aimed_off_the_centre(tmp_pa
         assert np.median(held) > 0.004, held  # spread over the region, not all at its centre
     else:
         assert held.max() < 0.004, held
+
+
+def test_wander_episodes_move_the_arm_about_where_the_expert_never_goes(tmp_path):
+    """wander=W: W more episodes driven by a smooth random walk, not the expert: poses far from the expert's way to
+    the target (negatives a classifier otherwise never sees), each frame still labelled by the sim's success."""
+    env = ReachEnv(ReachConfig())
+    result = record(env, 2, tmp_path / "reach", "test/reach", fps=25, seed=400, hold_ticks=4, wander=3)
+    env.close()
+    assert result.episodes == 5 and result.successes >= 2
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    ds = LeRobotDataset("local/reach", root=tmp_path / "reach")
+    names = list(ds.features["observation.state"]["names"])
+    tip, target = ([names.index(f"{what}.{a}") for a in "xyz"] for what in ("tip", "target"))
+    state, action = np.stack(ds.hf_dataset["observation.state"]), np.stack(ds.hf_dataset["action"])
+    episode, success = np.array(ds.hf_dataset["episode_index"]), np.array(ds.hf_dataset["next.success"])
+    distance = np.linalg.norm(state[:, tip] - state[:, target], axis=1)
+    walked = episode >= 2
+    # the expert heads for the target and ends on it; the walk ends where it happens to be
+    last = [np.flatnonzero(episode == e)[-1] for e in range(5)]
+    assert distance[last[:2]].max() < 0.02 and np.median(distance[last[2:]]) > 0.05, distance[last]
+    # every frame's label is the sim's success at the state its step reached (the next frame of its episode)
+    following = np.flatnonzero(walked[:-1] & (episode[1:] == episode[:-1]))
+    assert (success[following] == (distance[following + 1] <= ReachConfig().success_radius)).all()
+    # a smooth walk within the action limits, not white noise: consecutive actions are strongly correlated
+    moves = action[walked][:, :-1]
+    spec = env.action_spec.array
+    assert (action[walked] >= spec.low_array() - 1e-6).all() and (action[walked] <= spec.high_array() + 1e-6).all()
+    lag1 = np.mean([np.corrcoef(moves[:-1, j], moves[1:, j])[0, 1] for j in range(moves.shape[1])])
+    assert lag1 > 0.5, lag1
+    # the joints sweep more of their range than the expert's reach does
+    joints = [names.index(n) for n in names if n.endswith(".pos") and not n.startswith("gripper")]
+    assert (np.ptp(state[walked][:, joints], 0) > np.ptp(state[~walked][:, joints], 0)).sum() >= len(joints) - 1
