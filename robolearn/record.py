@@ -15,7 +15,7 @@ it, the classifier is shown the boundary from both sides. ``wander=W`` records W
 drives: the arm is moved about at random (``RandomWalk``), as a person moving it without doing the task would. Its
 frames are poses the expert never takes, labelled by the same exact success; without them a classifier has only
 seen the expert's way to the goal, and an RL policy rewarded by it finds the poses it never saw and is told yes
-there (docs/algorithms.md, "A learned reward").
+there (docs/algorithms.md, "Success classifier (learned reward)").
 """
 
 from __future__ import annotations
