@@ -1,10 +1,10 @@
 """``robolearn record task=reach episodes=20 out=demos/reach``: scripted-expert demos as a LeRobotDataset v3.
 
-The task's scripted expert (``env.expert_action()``) drives each seeded episode; every step is written
+The task's scripted expert (``env.expert_action()``) drives each seeded expert episode; every step is written
 with lerobot's own ``LeRobotDataset`` writer (state, images as images, action, reward, done, success),
 so lerobot's training scripts and policies load it as they would a teleoperated recording.
 
-For a success classifier (``robolearn reward train``) two more kinds of frames: ``hold_ticks=N`` keeps each
+For a success classifier (``robolearn reward train``) three more kinds of frames: ``hold_ticks=N`` keeps each
 episode going for N ticks of success after the expert succeeds (the expert holds there), and
 ``near_misses=M`` records M more episodes in which the expert aims ``miss_m`` (a range, m) away from the goal
 (tasks with an ``aim_offset``: reach), so they end close to success without it. Every frame's
@@ -15,7 +15,10 @@ it, the classifier is shown the boundary from both sides. ``wander=W`` records W
 drives: the arm is moved about at random (``RandomWalk``), as a person moving it without doing the task would. Its
 frames are poses the expert never takes, labelled by the same exact success; without them a classifier has only
 seen the expert's way to the goal, and an RL policy rewarded by it finds the poses it never saw and is told yes
-there (docs/algorithms.md, "Success classifier (learned reward)").
+there (docs/algorithms.md, "Success classifier (learned reward)"). The walk moves every action element, the gripper's
+too, so a gripper the expert never moved varies in these frames and the classifier's training keeps it. A wander
+episode runs to the time limit, or until it has had ``hold_ticks`` ticks of success (not necessarily in a row). Only
+in simulation: a real arm is never driven at random (record it by teleop).
 """
 
 from __future__ import annotations
@@ -65,6 +68,8 @@ def record(env: TaskEnv, episodes: int, root: Path, repo_id: str, fps: int, seed
     if (near_misses or hold_aim_m) and not hasattr(env, "aim_offset"):
         raise NotImplementedError(f"near_misses and hold_aim_m: {type(env).__name__}'s expert cannot aim off its goal "
                                   "(no aim_offset)")
+    if wander and getattr(env, "scene", env) is None:  # task=real on hardware: no simulated scene under it
+        raise NotImplementedError("wander drives the arm at random: only in simulation (the twin), never on hardware")
     if min(hold_ticks, near_misses, hold_aim_m, wander) < 0 or not 0 < miss_m[0] <= miss_m[1]:
         raise ValueError(f"hold_ticks, near_misses, hold_aim_m and wander must be >= 0 and 0 < miss_m[0] <= miss_m[1], "
                          f"got {hold_ticks}, {near_misses}, {hold_aim_m}, {wander}, {miss_m}")

@@ -267,8 +267,10 @@ def test_wander_episodes_move_the_arm_about_where_the_expert_never_goes(tmp_path
     # the expert heads for the target and ends on it; the walk ends where it happens to be
     last = [np.flatnonzero(episode == e)[-1] for e in range(5)]
     assert distance[last[:2]].max() < 0.02 and np.median(distance[last[2:]]) > 0.05, distance[last]
-    # every frame's label is the sim's success at the state its step reached (the next frame of its episode)
-    following = np.flatnonzero(walked[:-1] & (episode[1:] == episode[:-1]))
+    # every frame's label is the sim's success at the state its step reached (the next frame of its episode), the
+    # expert's held successes and the walk's frames alike
+    following = np.flatnonzero(episode[1:] == episode[:-1])
+    assert success[following].any() and not success[following[walked[following]]].all()
     assert (success[following] == (distance[following + 1] <= ReachConfig().success_radius)).all()
     # a smooth walk within the action limits, not white noise: consecutive actions are strongly correlated
     moves = action[walked][:, :-1]
@@ -279,3 +281,18 @@ def test_wander_episodes_move_the_arm_about_where_the_expert_never_goes(tmp_path
     # the joints sweep more of their range than the expert's reach does
     joints = [names.index(n) for n in names if n.endswith(".pos") and not n.startswith("gripper")]
     assert (np.ptp(state[walked][:, joints], 0) > np.ptp(state[~walked][:, joints], 0)).sum() >= len(joints) - 1
+
+
+def test_wander_is_refused_on_hardware(tmp_path):
+    """A real arm is never driven at random: task=real without a simulated scene under it (``scene`` None, as
+    RealTaskEnv on hardware has it) refuses wander before it moves anything."""
+
+    class OnHardware:  # the attributes record() reads of RealTaskEnv on a real arm
+        scene = None
+
+        def expert_action(self):
+            raise AssertionError("never reached")
+
+    with pytest.raises(NotImplementedError, match="never on hardware"):
+        record(OnHardware(), 1, tmp_path / "x", "test/x", fps=25, wander=1)
+    assert not (tmp_path / "x").exists()
