@@ -191,8 +191,7 @@ def _record(cfg: DictConfig) -> None:
             env.attach_operator(lookup("teleop", teleop.name).factory(teleop, env))
         result = record(env, cfg.episodes, Path(cfg.out), cfg.repo_id, fps=round(env.robot.config.control_hz),
                         seed=cfg.seed, task=task.name, hold_ticks=cfg.hold_ticks, near_misses=cfg.near_misses,
-                        miss_m=tuple(cfg.miss_m), hold_aim_m=cfg.hold_aim_m,
-                        wander=cfg.wander)
+                        miss_m=tuple(cfg.miss_m), hold_aim_m=cfg.hold_aim_m, wander=cfg.wander)
     except (ConfigError, FileExistsError, NotImplementedError, ValueError) as exc:
         _fail(str(exc))
     env.close()

@@ -84,10 +84,9 @@ def record(env: TaskEnv, episodes: int, root: Path, repo_id: str, fps: int, seed
     for ep in range(episodes + near_misses + wander):
         obs, _ = env.reset(seed=seed + ep)
         aim_m = miss_m if ep >= episodes else (0.0, hold_aim_m)  # a near miss aims beside the goal
-        walk = RandomWalk().actions(low, high, np.random.default_rng([seed, ep])) \
-            if ep >= episodes + near_misses else None
+        rng = np.random.default_rng([seed, ep])  # the episode's own draws: its aim, or its walk
+        walk = RandomWalk().actions(low, high, rng) if ep >= episodes + near_misses else None
         if aim_m[1] and walk is None:
-            rng = np.random.default_rng([seed, ep])
             direction = rng.normal(size=3)
             env.aim_offset = direction / np.linalg.norm(direction) * rng.uniform(*aim_m)
         # language-conditioned tasks say what this episode asks for ("pick up the red cube")

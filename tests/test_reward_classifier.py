@@ -224,6 +224,20 @@ def test_a_classifier_reads_its_state_values_by_name_from_another_tasks_state(da
         model.check_observation(short)
 
 
+def recorded_reach(root) -> dict:
+    """A recorded reach dataset read back with lerobot: per frame its state (with ``names``), action, episode,
+    ``next.success`` and the tip's distance to the target (m)."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    ds = LeRobotDataset("local/reach", root=root)
+    names = list(ds.features["observation.state"]["names"])
+    tip, target = ([names.index(f"{what}.{a}") for a in "xyz"] for what in ("tip", "target"))
+    state = np.stack(ds.hf_dataset["observation.state"])
+    return {"names": names, "state": state, "action": np.stack(ds.hf_dataset["action"]),
+            "episode": np.array(ds.hf_dataset["episode_index"]), "success": np.array(ds.hf_dataset["next.success"]),
+            "distance": np.linalg.norm(state[:, tip] - state[:, target], axis=1)}
+
+
 @pytest.mark.parametrize("hold_aim_m", [0.0, 0.015])
 def test_success_holds_cover_the_success_region_when_aimed_off_the_centre(tmp_path, hold_aim_m):
     """hold_aim_m: the successful episodes' held frames sit up to that far from the target (success frames near the
@@ -232,15 +246,10 @@ def test_success_holds_cover_the_success_region_when_aimed_off_the_centre(tmp_pa
     result = record(env, 6, tmp_path / "reach", "test/reach", fps=25, seed=300, hold_ticks=8, hold_aim_m=hold_aim_m)
     env.close()
     assert result.successes == 6
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset
-
-    ds = LeRobotDataset("local/reach", root=tmp_path / "reach")
-    names = list(ds.features["observation.state"]["names"])
-    tip, target = ([names.index(f"{what}.{a}") for a in "xyz"] for what in ("tip", "target"))
-    state = np.stack(ds.hf_dataset["observation.state"])
-    episode, success = np.array(ds.hf_dataset["episode_index"]), np.array(ds.hf_dataset["next.success"])
+    rec = recorded_reach(tmp_path / "reach")
+    episode, success = rec["episode"], rec["success"]
     last = [np.flatnonzero(episode == e)[-1] for e in np.unique(episode)]
-    held = np.linalg.norm(state[last][:, tip] - state[last][:, target], axis=1)
+    held = rec["distance"][last]
     assert held.max() < ReachConfig().success_radius and success[last].all()
     if hold_aim_m:
         assert np.median(held) > 0.004, held  # spread over the region, not all at its centre
@@ -255,14 +264,9 @@ def test_wander_episodes_move_the_arm_about_where_the_expert_never_goes(tmp_path
     result = record(env, 2, tmp_path / "reach", "test/reach", fps=25, seed=400, hold_ticks=4, wander=3)
     env.close()
     assert result.episodes == 5 and result.successes >= 2
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset
-
-    ds = LeRobotDataset("local/reach", root=tmp_path / "reach")
-    names = list(ds.features["observation.state"]["names"])
-    tip, target = ([names.index(f"{what}.{a}") for a in "xyz"] for what in ("tip", "target"))
-    state, action = np.stack(ds.hf_dataset["observation.state"]), np.stack(ds.hf_dataset["action"])
-    episode, success = np.array(ds.hf_dataset["episode_index"]), np.array(ds.hf_dataset["next.success"])
-    distance = np.linalg.norm(state[:, tip] - state[:, target], axis=1)
+    rec = recorded_reach(tmp_path / "reach")
+    names, state, action = rec["names"], rec["state"], rec["action"]
+    episode, success, distance = rec["episode"], rec["success"], rec["distance"]
     walked = episode >= 2
     # the expert heads for the target and ends on it; the walk ends where it happens to be
     last = [np.flatnonzero(episode == e)[-1] for e in range(5)]
