@@ -8,8 +8,10 @@ Task: ``pick_cube_color`` with ``task.language=true`` (the instruction is an obs
 from the front and wrist cameras, 64 px, without shadows), domain randomisation on (colours, friction, light).
 
 1. The scripted expert records ``--demos`` episodes (seeds from 100000), each with an instruction drawn from
-   TRAIN_TEMPLATES ("pick up the red cube", "lift the red cube", ...). ``--policies`` VLAs are behaviour-cloned on
-   them (``learner.bc.train_bc``; seed i sets the initial weights and the batch order).
+   TRAIN_TEMPLATES ("pick up the red cube", "lift the red cube", ...). In a ``--perturb`` fraction of them a burst
+   of random actions pushes the arm off the expert's path and the expert is seen recovering
+   (``learner.bc.Perturbation``, docs/algorithms.md "Demos that show recovery"). ``--policies`` VLAs are
+   behaviour-cloned on them (``learner.bc.train_bc``; seed i sets the initial weights and the batch order).
 2. Each policy runs ``--episodes`` evaluation episodes on seeds from 900000 (never used while developing: that was
    seeds 50000..50199) through the actors' episode loop and chunk executor, sync mode (the robot holds while each
    chunk is computed, zero simulated inference time, the first ``EXECUTE`` actions of each chunk executed):
@@ -48,7 +50,7 @@ from robolearn.inference.client import RemoteClient, SimulatedLatencyClient  # n
 from robolearn.inference.protocol import ChunkRequest  # noqa: E402
 from robolearn.inference.runner import ChunkPolicyRunner  # noqa: E402
 from robolearn.inference.server import PolicyServer  # noqa: E402
-from robolearn.learner.bc import expert_demos, train_bc  # noqa: E402
+from robolearn.learner.bc import Perturbation, expert_demos, train_bc  # noqa: E402
 from robolearn.policies.vla import VLAPolicy, VLAPolicyConfig  # noqa: E402
 from robolearn.sim.cube_tasks import PickCubeColorConfig, PickCubeEnv  # noqa: E402
 
@@ -138,6 +140,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--episodes", type=int, default=100)
     ap.add_argument("--rtt-requests", type=int, default=200)
+    ap.add_argument("--perturb", type=float, default=1.0, help="fraction of demos with a perturbation burst")
     ap.add_argument("--eval-seed", type=int, default=EVAL_SEED, help="first evaluation seed (development: 50000)")
     ap.add_argument("--camera-encoder", choices=["conv", "keypoints"], default="conv")
     ap.add_argument("--scene", choices=["cameras", "state"], default="cameras",
@@ -151,7 +154,8 @@ def main() -> None:
     env = make_env(train, args.scene == "state")
     t0 = time.perf_counter()
     keys = ("instruction", "front", "wrist")
-    data = expert_demos(env, args.demos, H, seed=DEMO_SEED, keys=keys, log_every=50)
+    data = expert_demos(env, args.demos, H, seed=DEMO_SEED, keys=keys, log_every=50,
+                        perturb=Perturbation(fraction=args.perturb) if args.perturb else None)
     print(f"{args.demos} expert demos ({data.successes} successful, {len(data.states)} frames, "
           f"{time.perf_counter() - t0:.0f} s)", flush=True)
     said = {bytes(row).split(b"\0")[0].decode() for row in data.observations["instruction"]}
@@ -199,7 +203,7 @@ def main() -> None:
                         paraphrase_success_per_colour=para_colour, vla_inference_ms=latency, runs=results, bc=bc,
                         parameters=sum(p.numel() for p in policies[0].parameters()),
                         settings={"policy": vars(config), "scene": args.scene, "execute_horizon": EXECUTE,
-                                  "demos": args.demos,
+                                  "demos": args.demos, "perturbation": vars(Perturbation(fraction=args.perturb)),
                                   "demo_seeds": f"{DEMO_SEED}..{DEMO_SEED + args.demos - 1}",
                                   "bc_steps": args.bc_steps, "batch_size": args.batch_size,
                                   "eval_seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}",

@@ -7,6 +7,10 @@ change) and those positions are masked out of the loss. The policy's own ``loss`
 observation each pair also keeps where the observations 0..D ticks earlier are (``past_index``, held at
 the episode start). A policy that reads more than the state (``policy.observation_keys``, e.g. the VLA's
 cameras and instruction) gets those observations too.
+
+Scripted-expert demos can carry perturbation bursts (``Perturbation``, docs/algorithms.md "Demos that show
+recovery"): a few ticks of a random action push the arm off the expert's path, the expert's own action stays the
+label, and the expert is then seen recovering.
 """
 
 from __future__ import annotations
@@ -18,6 +22,48 @@ import numpy as np
 import torch
 
 from robolearn.hardware.task import TaskEnv
+
+
+@dataclass(frozen=True)
+class Perturbation:
+    """Perturbation bursts in scripted demos: in a ``fraction`` of the episodes, from a tick drawn in ``start``
+    [low, high), the robot executes ``ticks`` [low, high] ticks of a random action (one direction drawn uniformly in
+    normalised units per burst, plus N(0, ``jitter``) per tick) instead of the expert's. Every tick keeps the
+    expert's action as its label (what to do in the state reached); a chunk position whose state was reached through
+    a perturbed action is masked out of the loss, since the executed actions before it were not the chunk's."""
+
+    fraction: float = 1.0
+    ticks: tuple[int, int] = (3, 8)
+    start: tuple[int, int] = (5, 45)
+    jitter: float = 0.2
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.fraction <= 1.0:
+            raise ValueError(f"perturbation fraction must be in [0, 1], got {self.fraction}")
+        if not 1 <= self.ticks[0] <= self.ticks[1]:
+            raise ValueError(f"perturbation ticks must be [low, high] with 1 <= low <= high, got {self.ticks}")
+        if not 0 <= self.start[0] < self.start[1]:
+            raise ValueError(f"perturbation start must be [low, high) with 0 <= low < high, got {self.start}")
+        if self.jitter < 0:
+            raise ValueError(f"perturbation jitter must be >= 0, got {self.jitter}")
+
+    def ticks_of(self, rng: np.random.Generator) -> range:
+        """The perturbed ticks of one episode (empty for an episode left alone)."""
+        if self.fraction == 0 or rng.random() >= self.fraction:  # a zero fraction draws nothing
+            return range(0)
+        first = int(rng.integers(*self.start))
+        return range(first, first + int(rng.integers(self.ticks[0], self.ticks[1] + 1)))
+
+
+def mask_after_perturbed(valid: np.ndarray, perturbed: np.ndarray) -> np.ndarray:
+    """valid (T, H), perturbed (T,) bool -> valid with position j of row t cleared when any executed action of ticks
+    t .. t + j - 1 was perturbed: the state at t + j was not reached by the chunk's own earlier actions."""
+    t_len, horizon = valid.shape
+    ticks = np.arange(t_len)
+    later = np.where(perturbed, ticks, t_len + horizon)
+    first = np.minimum.accumulate(later[::-1])[::-1]           # (T,) the first perturbed tick >= t
+    keep = np.arange(horizon)[None, :] <= (first - ticks)[:, None]
+    return valid * keep
 
 
 @dataclass
@@ -47,13 +93,15 @@ def chunk_pairs(states: list[np.ndarray], actions: list[np.ndarray], horizon: in
 
 
 def expert_demos(env: TaskEnv, episodes: int, horizon: int, seed: int = 0, action_noise: float = 0.0,
-                 past: int = 0, keys: tuple[str, ...] | list[str] = (), log_every: int = 0) -> ChunkDataset:
+                 past: int = 0, keys: tuple[str, ...] | list[str] = (), log_every: int = 0,
+                 perturb: Perturbation | None = None) -> ChunkDataset:
     """Run the env's scripted expert for ``episodes`` seeded episodes and cut them into chunks.
 
     ``action_noise`` > 0 (normalised units) executes ``expert + N(0, noise)`` while recording the expert's
     own action as the label (DART): the demos then show how to recover from small mistakes, which a
     cloned policy makes. ``past`` = D > 0 also keeps where the observations 0..D ticks before each pair are.
-    ``keys``: observations kept besides the state (cameras, the instruction)."""
+    ``keys``: observations kept besides the state (cameras, the instruction). ``perturb``: bursts of random actions
+    the expert recovers from (``Perturbation``); the count of successes is of the episodes as executed."""
     rng = np.random.default_rng(seed)
     all_s, all_c, all_v, all_f, successes, n = [], [], [], [], 0, 0
     kept: dict[str, list[np.ndarray]] = {k: [] for k in keys if k != "state"}
@@ -61,6 +109,9 @@ def expert_demos(env: TaskEnv, episodes: int, horizon: int, seed: int = 0, actio
     for ep in range(episodes):
         obs, _ = env.reset(seed=seed + ep)
         states, actions, done, info = [], [], False, {}
+        bursts = perturb.ticks_of(rng) if perturb else range(0)
+        burst_action = rng.uniform(-1.0, 1.0, env.action_spec.dim) if bursts else None
+        perturbed: list[bool] = []
         while not done:
             action = env.expert_action()
             states.append(obs["state"])
@@ -71,10 +122,15 @@ def expert_demos(env: TaskEnv, episodes: int, horizon: int, seed: int = 0, actio
             if action_noise > 0:
                 noisy = np.clip(label + rng.normal(0.0, action_noise, label.shape), -1, 1)
                 action = env.action_spec.to_robot(noisy.astype(np.float32))
+            perturbed.append(len(states) - 1 in bursts)
+            if perturbed[-1]:
+                pushed = np.clip(burst_action + rng.normal(0.0, perturb.jitter, label.shape), -1, 1)
+                action = env.action_spec.to_robot(pushed.astype(np.float32))
             obs, _, terminated, truncated, info = env.step(action)
             done = terminated or truncated
         successes += int(bool(info.get("success")))
         s, c, v = chunk_pairs(states, actions, horizon)
+        v = mask_after_perturbed(v, np.asarray(perturbed))
         all_s.append(s), all_c.append(c), all_v.append(v)
         if past:
             all_f.append(past_rows(len(s), past, n))
