@@ -139,8 +139,10 @@ def test_two_stage_the_trunk_never_sees_the_mid_observation_and_the_head_reads_o
     assert share < 0.05, share                               # the light head of late binding
 
 
-def test_bc_learns_to_act_on_the_colour_word(env):
-    """Chunks that depend on the instruction alone: the VLA has to read the colour word to fit them."""
+@pytest.mark.parametrize("camera_encoder", ["conv", "film_keypoints"])
+def test_bc_learns_to_act_on_the_colour_word(env, camera_encoder):
+    """Chunks that depend on the instruction alone: the VLA has to read the colour word to fit them (with cameras
+    conditioned on the words too)."""
     rng = np.random.default_rng(0)
     n, colours = 192, ["red", "green", "blue"]
     target = {"red": 0.6, "green": 0.0, "blue": -0.6}
@@ -154,7 +156,7 @@ def test_bc_learns_to_act_on_the_colour_word(env):
                             "wrist": rng.integers(0, 256, (n, SIZE, SIZE, 3), dtype=np.uint8),
                             "instruction": np.stack([encode_text(f"pick up the {c} cube", INSTRUCTION_BYTES)
                                                      for c in asked])})
-    policy = tiny_vla(env)
+    policy = tiny_vla(env, camera_encoder=camera_encoder)
     losses = train_bc(policy, data, steps=250, batch_size=64, lr=2e-3)
     assert np.mean(losses[-20:]) < 0.3 * np.mean(losses[:20])
 
@@ -286,3 +288,35 @@ def test_a_two_stage_request_to_a_one_stage_policy_is_rejected_by_name(env):
         client.close()
         server.close()
     assert server.rejects.total == 1 and "takes no mid-inference observation" in server.rejects.last_reason
+
+
+def test_film_keypoints_follow_what_the_condition_asks_for():
+    """A keypoint that sums a red-detecting and a blue-detecting channel: FiLM's condition silences one, so the same
+    image gives the red pixel's position when red is asked for and the blue one's for blue."""
+    from robolearn.policies.encoders import FiLMKeypointEncoder, KeypointEncoder
+
+    encoder = FiLMKeypointEncoder(17, 17, keypoints=1, condition_dim=2, channels=2)
+    plain = KeypointEncoder(17, 17, keypoints=1, channels=2)
+    plain.load_state_dict({k: v for k, v in encoder.state_dict().items() if not k.startswith("film.")})
+    image = torch.zeros(1, 17, 17, 3, dtype=torch.uint8)
+    image[0, 4, 12, 0] = 255   # red at row 4, column 12
+    image[0, 10, 2, 2] = 255   # blue at row 10, column 2
+    red, blue = torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 1.0]])
+    # zero-initialised FiLM: the unconditioned encoder, whatever is asked
+    torch.testing.assert_close(encoder(image, red), plain(image))
+    with torch.no_grad():
+        first, second, last = (c for c in encoder.convs if isinstance(c, torch.nn.Conv2d))
+        for conv in (first, second, last):
+            conv.weight.zero_()
+            conv.bias.zero_()
+        first.weight[0, 0, 2, 2] = 1.0    # channel 0 sees red
+        first.weight[1, 2, 2, 2] = 1.0    # channel 1 sees blue
+        second.weight[0, 0, 1, 1] = second.weight[1, 1, 1, 1] = 1.0
+        last.weight[0, 0, 1, 1] = last.weight[0, 1, 1, 1] = 50.0  # the keypoint answers to both
+        encoder.film.weight[1, 0] = -1.0  # asked for red: channel 1 (blue) scaled by 1 - 1 = 0
+        encoder.film.weight[0, 1] = -1.0  # asked for blue: channel 0 (red) silenced
+    def position(p: torch.Tensor) -> tuple[float, float]:
+        x, y = p[0].tolist()
+        return round(x, 2), round(y, 2)
+    assert position(encoder(image, red)) == pytest.approx(((12 / 16) * 2 - 1, (4 / 16) * 2 - 1), abs=0.05)
+    assert position(encoder(image, blue)) == pytest.approx(((2 / 16) * 2 - 1, (10 / 16) * 2 - 1), abs=0.05)

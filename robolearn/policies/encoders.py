@@ -9,6 +9,10 @@ channel (Levine et al. 2016), each of K channels giving the expected image posit
     (x_k, y_k) = sum_ij softmax_ij(f_k / T) * (u_j, v_i),        u, v in [-1, 1]
 
 so where a thing is in the image is two coordinates, not something a projection must untangle.
+``FiLMKeypointEncoder`` modulates the keypoint encoder's features before its last convolution by a condition
+(FiLM, Perez et al. 2018: x <- x * (1 + gamma(c)) + beta(c) per channel, gamma and beta zero at initialisation), so
+what a keypoint follows can depend on the condition (the VLA's instruction: "the red cube" makes a channel respond
+to red).
 The features of all cameras are concatenated, (B, n_cameras * feature_dim). In SAC one encoder is shared
 by actor and critic: the critic's loss trains it, the actor sees its output with stop-gradient.
 
@@ -69,12 +73,31 @@ class KeypointEncoder(nn.Module):
         self.out_dim = 2 * keypoints
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
-        x = self.convs(frames.permute(0, 3, 1, 2).float() / 255.0)            # (B, K, H, W)
+        return self.positions(self.convs(frames.permute(0, 3, 1, 2).float() / 255.0))
+
+    def positions(self, x: torch.Tensor) -> torch.Tensor:
+        """Keypoint maps (B, K, H, W) -> their expected image positions (B, 2K): all x, then all y."""
         b, k, h, w = x.shape
         attention = torch.softmax(x.flatten(2) / self.log_temperature.exp(), dim=-1).view(b, k, h, w)
         u = torch.linspace(-1.0, 1.0, w, device=x.device)
         v = torch.linspace(-1.0, 1.0, h, device=x.device)
         return torch.cat([(attention.sum(2) * u).sum(-1), (attention.sum(3) * v).sum(-1)], dim=-1)
+
+
+class FiLMKeypointEncoder(KeypointEncoder):
+    """``KeypointEncoder`` conditioned on c (B, condition_dim): ``forward(frames, c)``; the features entering the last
+    convolution are x * (1 + gamma(c)) + beta(c), per channel."""
+
+    def __init__(self, height: int, width: int, keypoints: int, condition_dim: int, channels: int = 32) -> None:
+        super().__init__(height, width, keypoints, channels)
+        self.film = nn.Linear(condition_dim, 2 * channels)
+        nn.init.zeros_(self.film.weight)  # starts as the unconditioned encoder
+        nn.init.zeros_(self.film.bias)
+
+    def forward(self, frames: torch.Tensor, condition: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        x = self.convs[:-1](frames.permute(0, 3, 1, 2).float() / 255.0)       # (B, C, H, W)
+        gamma, beta = self.film(condition)[:, :, None, None].chunk(2, dim=1)
+        return self.positions(self.convs[-1](x * (1 + gamma) + beta))
 
 
 class ImageEncoder(nn.Module):
@@ -90,8 +113,10 @@ class ImageEncoder(nn.Module):
         self.cameras = nn.ModuleDict({k: camera(*obs_spec.arrays[k].shape[:2], feature_dim) for k in self.keys})
         self.out_dim = sum(encoder.out_dim for encoder in self.cameras.values())
 
-    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return torch.cat([self.cameras[k](obs[k]) for k in self.keys], dim=-1)
+    def forward(self, obs: dict[str, torch.Tensor], condition: torch.Tensor | None = None) -> torch.Tensor:
+        """``condition``: handed to every camera's encoder (a conditioned one, e.g. ``FiLMKeypointEncoder``)."""
+        extra = () if condition is None else (condition,)
+        return torch.cat([self.cameras[k](obs[k], *extra) for k in self.keys], dim=-1)
 
 
 def random_shift(frames: torch.Tensor, rng: np.random.Generator | None, pad: int = 4) -> torch.Tensor:

@@ -4,7 +4,8 @@ a chunk of actions out, by the flow-matching chunk machinery of ``flow_chunk`` (
     words  w_1..w_W = frozen word vectors of the instruction (W, 300)     policies.text_encoder
     text   t = tanh(LN(W_o [attn_1; ..; attn_h])),  attn_j = sum_i softmax_i(q_j . P w_i / sqrt(T)) P w_i   (B, T)
     vision v = [CNN_front(img_front); CNN_wrist(img_wrist)]              policies.encoders, (B, C * V): CameraEncoder,
-                                                                          or KeypointEncoder's image positions
+                                                                          or KeypointEncoder's image positions,
+                                                                          FiLMKeypointEncoder's: CNN_c(img, t)
     trunk  e = Fuse([t; v; normalised state])                             (B, E)
     chunk  the flow of FlowChunkPolicy conditioned on e (one-stage); two-stage: the trunk on the first
            observation (e, the committed actions, k / D), the light head on the mid observation's state alone
@@ -32,7 +33,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from robolearn.policies.encoders import CameraEncoder, ImageEncoder, KeypointEncoder, image_keys, random_shift
+from robolearn.policies.encoders import (
+    CameraEncoder,
+    FiLMKeypointEncoder,
+    ImageEncoder,
+    KeypointEncoder,
+    image_keys,
+    random_shift,
+)
 from robolearn.policies.flow_chunk import FlowChunkPolicy, FlowChunkPolicyConfig
 from robolearn.policies.mlp import mlp
 from robolearn.policies.text_encoder import WIDTH, word_vectors
@@ -45,7 +53,8 @@ def keypoints(height: int, width: int, features: int) -> KeypointEncoder:
     return KeypointEncoder(height, width, keypoints=features // 2)
 
 
-CAMERA_ENCODERS = {"conv": CameraEncoder, "keypoints": keypoints}
+CAMERA_ENCODERS = {"conv": CameraEncoder, "keypoints": keypoints, "film_keypoints": keypoints}
+CONDITIONED = {"film_keypoints"}  # encoders that read the instruction's features
 
 
 @dataclass
@@ -58,7 +67,8 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
     text_features: int = 64         # T: the projected word width and the sentence's features
     text_heads: int = 4             # h: learned queries pooling the words
     camera_encoder: str = "conv"     # conv: CNN, flattened, projected to camera_features; keypoints: a spatial softmax
-                                     # per channel, camera_features / 2 image positions per camera
+                                     # per channel, camera_features / 2 image positions per camera; film_keypoints:
+                                     # keypoints whose features are modulated by the instruction (FiLM)
     camera_features: int = 64       # V: per camera
     fuse_dims: list[int] = field(default_factory=lambda: [256])  # the trunk's fusing MLP; its last size is E
     image_shift_pad: int = 4        # training-time random shift of each frame, pixels (0: none)
@@ -73,7 +83,7 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
         if self.camera_encoder not in CAMERA_ENCODERS:
             raise ValueError(f"policy.camera_encoder must be one of {sorted(CAMERA_ENCODERS)}, got "
                              f"{self.camera_encoder!r}")
-        if self.camera_encoder == "keypoints" and self.camera_features % 2:
+        if self.camera_encoder.endswith("keypoints") and self.camera_features % 2:
             raise ValueError(f"policy.camera_features must be even with keypoints (x and y each), got "
                              f"{self.camera_features}")
         if self.image_shift_pad < 0:
@@ -138,7 +148,11 @@ class VLAPolicy(FlowChunkPolicy):
             raise ValueError(f"policy=vla needs at least one camera; the task's observations are "
                              f"{sorted(obs_spec.arrays)} (task.cameras=[front,wrist])")
         self.text = InstructionEncoder(c.max_words, c.text_features, c.text_heads)
-        self.vision = ImageEncoder(obs_spec, c.camera_features, camera=CAMERA_ENCODERS[c.camera_encoder])
+        camera = CAMERA_ENCODERS[c.camera_encoder]
+        if c.camera_encoder in CONDITIONED:
+            def camera(height: int, width: int, features: int) -> FiLMKeypointEncoder:
+                return FiLMKeypointEncoder(height, width, features // 2, self.text.out_dim)
+        self.vision = ImageEncoder(obs_spec, c.camera_features, camera=camera)
         self.fuse = nn.Sequential(mlp([self.text.out_dim + self.vision.out_dim + self.obs_dim, *c.fuse_dims]),
                                   nn.LayerNorm(c.fuse_dims[-1]), nn.ReLU())
         self.observation_keys = ("state", c.instruction_key, *self.vision.keys)
@@ -150,8 +164,9 @@ class VLAPolicy(FlowChunkPolicy):
         frames = {k: obs[k] for k in self.vision.keys}
         if self.training and self.config.image_shift_pad:
             frames = {k: random_shift(f, None, self.config.image_shift_pad) for k, f in frames.items()}
-        parts = [self.text(obs[self.config.instruction_key]), self.vision(frames), self.normalise(obs["state"])]
-        return self.fuse(torch.cat(parts, dim=-1))
+        text = self.text(obs[self.config.instruction_key])
+        vision = self.vision(frames, text if self.config.camera_encoder in CONDITIONED else None)
+        return self.fuse(torch.cat([text, vision, self.normalise(obs["state"])], dim=-1))
 
     def mid_state(self, obs: Observation | torch.Tensor) -> torch.Tensor:
         return obs["state"] if isinstance(obs, dict) else obs
