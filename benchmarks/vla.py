@@ -142,7 +142,8 @@ def main() -> None:
     ap.add_argument("--rtt-requests", type=int, default=200)
     ap.add_argument("--perturb", type=float, default=1.0, help="fraction of demos with a perturbation burst")
     ap.add_argument("--eval-seed", type=int, default=EVAL_SEED, help="first evaluation seed (development: 50000)")
-    ap.add_argument("--camera-encoder", choices=["conv", "keypoints", "film_keypoints"], default="conv")
+    ap.add_argument("--camera-encoder", choices=["conv", "keypoints", "film_keypoints"], default="conv",
+                    help="policy.camera_encoder (robolearn.policies.vla)")
     ap.add_argument("--scene", choices=["cameras", "state"], default="cameras",
                     help="where the cubes' poses come from: the cameras alone, or the state too (task.scene_state)")
     args = ap.parse_args()

@@ -26,6 +26,7 @@ The observation is a dict: ``state`` (B, S) float, each camera uint8 (B, H, W, 3
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -53,8 +54,12 @@ def keypoints(height: int, width: int, features: int) -> KeypointEncoder:
     return KeypointEncoder(height, width, keypoints=features // 2)
 
 
-CAMERA_ENCODERS = {"conv": CameraEncoder, "keypoints": keypoints, "film_keypoints": keypoints}
-CONDITIONED = {"film_keypoints"}  # encoders that read the instruction's features
+def film_keypoints(height: int, width: int, features: int, text_features: int) -> FiLMKeypointEncoder:
+    return FiLMKeypointEncoder(height, width, features // 2, condition_dim=text_features)
+
+
+CAMERA_ENCODERS = {"conv": CameraEncoder, "keypoints": keypoints}   # (height, width, features)
+CONDITIONED = {"film_keypoints": film_keypoints}                    # the same and the instruction's width T
 
 
 @dataclass
@@ -80,8 +85,8 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
                 raise ValueError(f"policy.{key} must be >= 1, got {getattr(self, key)}")
         if not self.fuse_dims or any(h < 1 for h in self.fuse_dims):
             raise ValueError(f"policy.fuse_dims must be positive sizes, got {self.fuse_dims}")
-        if self.camera_encoder not in CAMERA_ENCODERS:
-            raise ValueError(f"policy.camera_encoder must be one of {sorted(CAMERA_ENCODERS)}, got "
+        if self.camera_encoder not in CAMERA_ENCODERS | CONDITIONED:
+            raise ValueError(f"policy.camera_encoder must be one of {sorted(CAMERA_ENCODERS | CONDITIONED)}, got "
                              f"{self.camera_encoder!r}")
         if self.camera_encoder.endswith("keypoints") and self.camera_features % 2:
             raise ValueError(f"policy.camera_features must be even with keypoints (x and y each), got "
@@ -148,10 +153,10 @@ class VLAPolicy(FlowChunkPolicy):
             raise ValueError(f"policy=vla needs at least one camera; the task's observations are "
                              f"{sorted(obs_spec.arrays)} (task.cameras=[front,wrist])")
         self.text = InstructionEncoder(c.max_words, c.text_features, c.text_heads)
-        camera = CAMERA_ENCODERS[c.camera_encoder]
         if c.camera_encoder in CONDITIONED:
-            def camera(height: int, width: int, features: int) -> FiLMKeypointEncoder:
-                return FiLMKeypointEncoder(height, width, features // 2, self.text.out_dim)
+            camera = functools.partial(CONDITIONED[c.camera_encoder], text_features=self.text.out_dim)
+        else:
+            camera = CAMERA_ENCODERS[c.camera_encoder]
         self.vision = ImageEncoder(obs_spec, c.camera_features, camera=camera)
         self.fuse = nn.Sequential(mlp([self.text.out_dim + self.vision.out_dim + self.obs_dim, *c.fuse_dims]),
                                   nn.LayerNorm(c.fuse_dims[-1]), nn.ReLU())
