@@ -51,7 +51,7 @@ from robolearn.inference.protocol import ChunkRequest  # noqa: E402
 from robolearn.inference.runner import ChunkPolicyRunner  # noqa: E402
 from robolearn.inference.server import PolicyServer  # noqa: E402
 from robolearn.learner.bc import Perturbation, expert_demos, train_bc  # noqa: E402
-from robolearn.policies.vla import VLAPolicy, VLAPolicyConfig  # noqa: E402
+from robolearn.policies.vla import CAMERA_ENCODERS, CONDITIONED, VLAPolicy, VLAPolicyConfig  # noqa: E402
 from robolearn.sim.cube_tasks import PickCubeColorConfig, PickCubeEnv  # noqa: E402
 
 COLOURS = ["red", "green", "blue"]
@@ -142,7 +142,7 @@ def main() -> None:
     ap.add_argument("--rtt-requests", type=int, default=200)
     ap.add_argument("--perturb", type=float, default=1.0, help="fraction of demos with a perturbation burst")
     ap.add_argument("--eval-seed", type=int, default=EVAL_SEED, help="first evaluation seed (development: 50000)")
-    ap.add_argument("--camera-encoder", choices=["conv", "keypoints", "film_keypoints"], default="conv",
+    ap.add_argument("--camera-encoder", choices=sorted(CAMERA_ENCODERS | CONDITIONED), default="conv",
                     help="policy.camera_encoder (robolearn.policies.vla)")
     ap.add_argument("--scene", choices=["cameras", "state"], default="cameras",
                     help="where the cubes' poses come from: the cameras alone, or the state too (task.scene_state)")
@@ -155,8 +155,8 @@ def main() -> None:
     env = make_env(train, args.scene == "state")
     t0 = time.perf_counter()
     keys = ("instruction", "front", "wrist")
-    data = expert_demos(env, args.demos, H, seed=DEMO_SEED, keys=keys, log_every=50,
-                        perturb=Perturbation(fraction=args.perturb) if args.perturb else None)
+    perturb = Perturbation(fraction=args.perturb)  # a zero fraction perturbs nothing and draws nothing
+    data = expert_demos(env, args.demos, H, seed=DEMO_SEED, keys=keys, log_every=50, perturb=perturb)
     print(f"{args.demos} expert demos ({data.successes} successful, {len(data.states)} frames, "
           f"{time.perf_counter() - t0:.0f} s)", flush=True)
     said = {bytes(row).split(b"\0")[0].decode() for row in data.observations["instruction"]}
@@ -204,7 +204,7 @@ def main() -> None:
                         paraphrase_success_per_colour=para_colour, vla_inference_ms=latency, runs=results, bc=bc,
                         parameters=sum(p.numel() for p in policies[0].parameters()),
                         settings={"policy": vars(config), "scene": args.scene, "execute_horizon": EXECUTE,
-                                  "demos": args.demos, "perturbation": vars(Perturbation(fraction=args.perturb)),
+                                  "demos": args.demos, "perturbation": vars(perturb),
                                   "demo_seeds": f"{DEMO_SEED}..{DEMO_SEED + args.demos - 1}",
                                   "bc_steps": args.bc_steps, "batch_size": args.batch_size,
                                   "eval_seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}",
