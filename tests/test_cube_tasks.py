@@ -12,6 +12,7 @@ from robolearn.sim.cube_tasks import (
     PushCubeEnv,
 )
 from robolearn.sim.so101 import SimSO101Config
+from robolearn.sim.view import mujoco_camera
 
 
 def run_expert(env, seed: int) -> tuple[dict, int]:
@@ -168,6 +169,30 @@ def test_cameras_render_the_scene():
     obs, _ = env.reset(seed=0)
     assert obs["front"].shape == (64, 64, 3) and obs["front"].dtype == np.uint8
     assert obs["wrist"].std() > 5  # not a blank frame
+    env.close()
+
+
+def test_front_camera_frames_the_cubes_and_no_reach_marker():
+    """Every corner of the region cubes are placed in projects inside the 64 px front frame, a cube is at least
+    6 px wide there, and each cube's own colour dominates the pixels around where it projects (the arm's overview
+    camera of reach showed a cube as about 4 px, next to reach's green target marker)."""
+    config = PickCubeColorConfig(cameras=["front"], camera_size=64, camera_shadows=False, colour_noise=0.0)
+    env = PickCubeEnv(config)
+    obs, _ = env.reset(seed=3)
+    model, data = env.robot.model, env.robot.data
+    assert "target" not in {model.body(i).name for i in range(model.nbody)}
+    camera = mujoco_camera(model, data, "front", 64, 64)
+    (x0, y0), (x1, y1) = config.cube_low, config.cube_high
+    corners = camera.project(np.array([[x, y, env.half] for x in (x0, x1) for y in (y0, y1)]))
+    assert np.all((corners > 2) & (corners < 62)), corners
+    for colour in config.colours:
+        centre = env.cube_pos(colour)
+        ends = camera.project(np.array([centre - [0, env.half, 0], centre + [0, env.half, 0]]))
+        assert abs(ends[1, 0] - ends[0, 0]) >= 6
+        u, v = np.round(camera.project(centre[None])[0]).astype(int)
+        patch = obs["front"][v - 1:v + 2, u - 1:u + 2].reshape(-1, 3).astype(float)
+        channel = {"red": 0, "green": 1, "blue": 2}[colour]
+        assert np.median(patch.argmax(axis=1)) == channel, (colour, patch)
     env.close()
 
 

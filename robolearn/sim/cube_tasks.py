@@ -43,6 +43,9 @@ RELATIVE_SCALE = 0.1  # m: the bounds (+-) of the state's hand-to-cube and cube-
                       # offsets so that a centimetre is 0.1 to the policy; absolute positions are scaled by the
                       # reachable space (+-0.45 m), where a centimetre is 0.02 and contact tasks learn slowly
 INSTRUCTION_BYTES = 96  # the ``instruction`` observation of pick_cube_color with task.language=true
+# The cube scenes' front camera, framed on where the cubes are (from past the table's far edge, looking back at the
+# arm): a 64 px frame shows a cube about 8 px wide, against about 4 in the arm's overview that reach keeps
+FRONT_CAMERA_POS, FRONT_CAMERA_LOOK_AT, FRONT_CAMERA_FOVY = (0.42, 0.0, 0.32), (0.15, 0.0, 0.0), 32.0
 
 
 @dataclass
@@ -80,6 +83,8 @@ class CubeTaskConfig(ArmTaskConfig):
 def build_scene(cubes: list[str], cube_size: float, goal: bool) -> mujoco.MjModel:
     """The arm plus one free cube per colour name (bodies ``cube_<colour>``) and optionally a goal disc."""
     spec = mujoco.MjSpec.from_string(arm_xml())
+    spec.delete(spec.body("target"))  # reach's target marker: a green ball the cameras would see beside the cubes
+    frame_front_camera(spec.camera("front"))
     half = cube_size / 2
     for i, colour in enumerate(cubes):
         body = spec.worldbody.add_body(name=f"cube_{colour}", pos=[0.15, 0.06 * i, half])
@@ -92,6 +97,18 @@ def build_scene(cubes: list[str], cube_size: float, goal: bool) -> mujoco.MjMode
         goal_body.add_geom(name="goal", type=mujoco.mjtGeom.mjGEOM_CYLINDER, size=[0.025, 0.0005, 0],
                            rgba=list(GOAL_RGBA), contype=0, conaffinity=0)
     return spec.compile()
+
+
+def frame_front_camera(camera: mujoco.MjsCamera) -> None:
+    """Point ``camera`` from FRONT_CAMERA_POS at FRONT_CAMERA_LOOK_AT, image x horizontal (MuJoCo cameras look
+    along their -z axis)."""
+    pos, look_at = np.asarray(FRONT_CAMERA_POS), np.asarray(FRONT_CAMERA_LOOK_AT)
+    backward = (pos - look_at) / np.linalg.norm(pos - look_at)
+    right = np.cross([0.0, 0.0, 1.0], backward)
+    right /= np.linalg.norm(right)
+    camera.pos = pos
+    camera.alt.xyaxes = np.concatenate([right, np.cross(backward, right)])
+    camera.fovy = FRONT_CAMERA_FOVY
 
 
 class CubeTaskEnv(ArmTaskEnv):
