@@ -10,7 +10,9 @@ from the front and wrist cameras, 64 px, without shadows), domain randomisation 
 1. The scripted expert records ``--demos`` episodes (seeds from 100000), each with an instruction drawn from
    TRAIN_TEMPLATES ("pick up the red cube", "lift the red cube", ...). In a ``--perturb`` fraction of them a burst
    of random actions pushes the arm off the expert's path and the expert is seen recovering
-   (``learner.bc.Perturbation``, docs/algorithms.md "Demos that show recovery"). ``--policies`` VLAs are
+   (``learner.bc.Perturbation``, docs/algorithms.md "Demos that show recovery"); ``--decoy`` of them instead start by
+   heading for another cube for a few ticks (the expert's plan for it) before the expert turns to the asked one, which
+   is what makes the policy act on the instruction. ``--policies`` VLAs are
    behaviour-cloned on them (``learner.bc.train_bc``; seed i sets the initial weights and the batch order).
 2. Each policy runs ``--episodes`` evaluation episodes on seeds from 900000 (never used while developing: that was
    seeds 50000..50199) through the actors' episode loop and chunk executor, sync mode (the robot holds while each
@@ -141,6 +143,8 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=100)
     ap.add_argument("--rtt-requests", type=int, default=200)
     ap.add_argument("--perturb", type=float, default=1.0, help="fraction of demos with a perturbation burst")
+    ap.add_argument("--decoy", type=float, default=0.5,
+                    help="fraction of demos that start with a decoy: the expert's plan for another cube")
     ap.add_argument("--eval-seed", type=int, default=EVAL_SEED, help="first evaluation seed (development: 50000)")
     ap.add_argument("--camera-encoder", choices=sorted(CAMERA_ENCODERS | CONDITIONED), default="conv",
                     help="policy.camera_encoder (robolearn.policies.vla)")
@@ -155,7 +159,7 @@ def main() -> None:
     env = make_env(train, args.scene == "state")
     t0 = time.perf_counter()
     keys = ("instruction", "front", "wrist")
-    perturb = Perturbation(fraction=args.perturb)  # a zero fraction perturbs nothing and draws nothing
+    perturb = Perturbation(fraction=args.perturb, decoy=args.decoy)  # zero fractions perturb nothing, draw nothing
     data = expert_demos(env, args.demos, H, seed=DEMO_SEED, keys=keys, log_every=50, perturb=perturb)
     print(f"{args.demos} expert demos ({data.successes} successful, {len(data.states)} frames, "
           f"{time.perf_counter() - t0:.0f} s)", flush=True)

@@ -10,7 +10,9 @@ cameras and instruction) gets those observations too.
 
 Scripted-expert demos can carry perturbation bursts (``Perturbation``, docs/algorithms.md "Demos that show
 recovery"): a few ticks of a random action push the arm off the expert's path, the expert's own action stays the
-label, and the expert is then seen recovering.
+label, and the expert is then seen recovering. A decoy burst instead executes the expert's plan for another goal
+(pick_cube_color: another cube) for a few ticks at the start, so the demos show the arm turning from the wrong cube
+to the one the instruction names.
 """
 
 from __future__ import annotations
@@ -25,34 +27,68 @@ from robolearn.hardware.task import TaskEnv
 
 
 @dataclass(frozen=True)
+class Burst:
+    """One episode's perturbation: its ticks, and either the decoy goal whose expert plan is executed in them or the
+    random direction (normalised units, jittered per tick) that is; neither for an episode left alone."""
+
+    ticks: range
+    decoy: str | None = None
+    direction: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
 class Perturbation:
     """Perturbation bursts in scripted demos: in a ``fraction`` of the episodes, from a tick drawn in ``start``
     [low, high), the robot executes ``ticks`` [low, high] ticks of a random action (one direction drawn uniformly in
     normalised units per burst, plus N(0, ``jitter``) per tick) instead of the expert's. Every tick keeps the
     expert's action as its label (what to do in the state reached); a chunk position whose state was reached through
-    a perturbed action is masked out of the loss, since the executed actions before it were not the chunk's."""
+    a perturbed action is masked out of the loss, since the executed actions before it were not the chunk's.
+
+    ``decoy`` of the episodes (drawn first, in envs with ``decoy_goals()``) get a decoy burst instead: from a tick in
+    ``decoy_start``, ``decoy_ticks`` ticks of the expert's plan for another goal (``env.expert_action(goal)``). An
+    instruction only decides the first ticks of a clean demo; after them, heading on to the cube already headed for
+    predicts the expert as well, and a policy learns to ignore the words. A decoy shows the expert turning back."""
 
     fraction: float = 1.0
     ticks: tuple[int, int] = (3, 8)
     start: tuple[int, int] = (5, 45)
     jitter: float = 0.2
+    decoy: float = 0.0
+    decoy_ticks: tuple[int, int] = (5, 20)
+    decoy_start: tuple[int, int] = (0, 10)
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.fraction <= 1.0:
-            raise ValueError(f"perturbation fraction must be in [0, 1], got {self.fraction}")
-        if not 1 <= self.ticks[0] <= self.ticks[1]:
-            raise ValueError(f"perturbation ticks must be [low, high] with 1 <= low <= high, got {self.ticks}")
-        if not 0 <= self.start[0] < self.start[1]:
-            raise ValueError(f"perturbation start must be [low, high) with 0 <= low < high, got {self.start}")
+        for name in ("fraction", "decoy"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"perturbation {name} must be in [0, 1], got {getattr(self, name)}")
+        for name in ("ticks", "decoy_ticks"):
+            low, high = getattr(self, name)
+            if not 1 <= low <= high:
+                raise ValueError(f"perturbation {name} must be [low, high] with 1 <= low <= high, got "
+                                 f"{getattr(self, name)}")
+        for name in ("start", "decoy_start"):
+            low, high = getattr(self, name)
+            if not 0 <= low < high:
+                raise ValueError(f"perturbation {name} must be [low, high) with 0 <= low < high, got "
+                                 f"{getattr(self, name)}")
         if self.jitter < 0:
             raise ValueError(f"perturbation jitter must be >= 0, got {self.jitter}")
 
     def ticks_of(self, rng: np.random.Generator) -> range:
-        """The perturbed ticks of one episode (empty for an episode left alone)."""
+        """The random burst's ticks of one episode (empty for an episode left alone)."""
         if self.fraction == 0 or rng.random() >= self.fraction:  # a zero fraction draws nothing
             return range(0)
         first = int(rng.integers(*self.start))
         return range(first, first + int(rng.integers(self.ticks[0], self.ticks[1] + 1)))
+
+    def draw(self, rng: np.random.Generator, action_dim: int, decoy_goals: list[str]) -> Burst:
+        """One episode's burst. With ``decoy`` 0 the draws are those of random bursts alone."""
+        if self.decoy and decoy_goals and rng.random() < self.decoy:
+            first = int(rng.integers(*self.decoy_start))
+            ticks = range(first, first + int(rng.integers(self.decoy_ticks[0], self.decoy_ticks[1] + 1)))
+            return Burst(ticks, decoy=decoy_goals[int(rng.integers(len(decoy_goals)))])
+        ticks = self.ticks_of(rng)
+        return Burst(ticks, direction=rng.uniform(-1.0, 1.0, action_dim) if ticks else None)
 
 
 def mask_after_perturbed(valid: np.ndarray, perturbed: np.ndarray) -> np.ndarray:
@@ -101,7 +137,11 @@ def expert_demos(env: TaskEnv, episodes: int, horizon: int, seed: int = 0, actio
     own action as the label (DART): the demos then show how to recover from small mistakes, which a
     cloned policy makes. ``past`` = D > 0 also keeps where the observations 0..D ticks before each pair are.
     ``keys``: observations kept besides the state (cameras, the instruction). ``perturb``: bursts of random actions
-    the expert recovers from (``Perturbation``); the count of successes is of the episodes as executed."""
+    or decoy plans the expert recovers from (``Perturbation``); the count of successes is of the episodes as
+    executed."""
+    if perturb and perturb.decoy and not hasattr(env, "decoy_goals"):
+        raise ValueError(f"perturbation decoy={perturb.decoy}: the task {type(env).__name__} has no decoy goals "
+                         "(pick_cube_color has: its other cubes)")
     rng = np.random.default_rng(seed)
     all_s, all_c, all_v, all_f, successes, n = [], [], [], [], 0, 0
     kept: dict[str, list[np.ndarray]] = {k: [] for k in keys if k != "state"}
@@ -109,8 +149,8 @@ def expert_demos(env: TaskEnv, episodes: int, horizon: int, seed: int = 0, actio
     for ep in range(episodes):
         obs, _ = env.reset(seed=seed + ep)
         states, actions, done, info = [], [], False, {}
-        bursts = perturb.ticks_of(rng) if perturb else range(0)
-        burst_action = rng.uniform(-1.0, 1.0, env.action_spec.dim) if bursts else None
+        burst = perturb.draw(rng, env.action_spec.dim, env.decoy_goals() if perturb.decoy else []) if perturb \
+            else Burst(range(0))
         perturbed: list[bool] = []
         while not done:
             action = env.expert_action()
@@ -122,9 +162,11 @@ def expert_demos(env: TaskEnv, episodes: int, horizon: int, seed: int = 0, actio
             if action_noise > 0:
                 noisy = np.clip(label + rng.normal(0.0, action_noise, label.shape), -1, 1)
                 action = env.action_spec.to_robot(noisy.astype(np.float32))
-            perturbed.append(len(states) - 1 in bursts)
-            if perturbed[-1]:
-                pushed = np.clip(burst_action + rng.normal(0.0, perturb.jitter, label.shape), -1, 1)
+            perturbed.append(len(states) - 1 in burst.ticks)
+            if perturbed[-1] and burst.decoy is not None:
+                action = env.expert_action(burst.decoy)
+            elif perturbed[-1]:
+                pushed = np.clip(burst.direction + rng.normal(0.0, perturb.jitter, label.shape), -1, 1)
                 action = env.action_spec.to_robot(pushed.astype(np.float32))
             obs, _, terminated, truncated, info = env.step(action)
             done = terminated or truncated

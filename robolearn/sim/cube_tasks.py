@@ -305,7 +305,7 @@ class PickCubeEnv(CubeTaskEnv):
                 0, 255, (INSTRUCTION_BYTES,), np.uint8)})
         self._onehot = onehot > 0
         self.target = colours[0]
-        self._phase = "approach"
+        self._phases: dict[str, str] = {}  # cube -> the expert's phase in its plan for that cube
 
     def _task_features(self) -> np.ndarray:
         if not self._onehot:
@@ -330,7 +330,7 @@ class PickCubeEnv(CubeTaskEnv):
                 else sentences[0]
         else:
             self.instruction = "pick up the cube"
-        self._phase = "approach"
+        self._phases = {}
         return self._obs(), self._info(False)
 
     def success(self) -> bool:
@@ -353,32 +353,41 @@ class PickCubeEnv(CubeTaskEnv):
         return (self._obs(), float(reward), bool(terminated), bool(truncated),
                 {**self._info(success), "executed_action": executed})
 
-    def expert_action(self) -> np.ndarray:
-        """Above the cube with the jaws open and aligned, down, close, lift."""
-        cube = self.cube_pos(self.target)
-        yaw = self._jaw_yaw_for(self.target)
+    def decoy_goals(self) -> list[str]:
+        """The cubes the instruction does not name: goals of a decoy plan in demos (``learner.bc.Perturbation``)."""
+        return [c for c in self.cubes if c != self.target]
+
+    def expert_action(self, cube: str | None = None) -> np.ndarray:
+        """Above the cube with the jaws open and aligned, down, close, lift. ``cube``: the plan for another cube than
+        the asked one (a decoy), with a phase of its own, so asking for it leaves the asked cube's plan as it was."""
+        name = self.target if cube is None else cube
+        action, self._phases[name] = self._plan(name, self._phases.get(name, "approach"))
+        return action
+
+    def _plan(self, name: str, phase: str) -> tuple[np.ndarray, str]:
+        """The expert's action toward cube ``name`` in ``phase``, and the phase after it."""
+        cube = self.cube_pos(name)
+        yaw = self._jaw_yaw_for(name)
         above = cube + np.array([0.0, 0.0, 0.06])
         grasp = np.array([cube[0], cube[1], self.half + 0.004])
         grip_now = self.robot.joint_positions()[5]
-        if self._phase == "approach":
-            if self._at(above, 0.01):
-                self._phase = "descend"
-            return self._move_to(above, yaw, GRIPPER_OPEN)
-        if self._phase == "descend":
+        if phase == "approach":
+            return self._move_to(above, yaw, GRIPPER_OPEN), "descend" if self._at(above, 0.01) else phase
+        if phase == "descend":
             if self._at(grasp, 0.006):
-                self._phase = "close"
+                phase = "close"
             elif np.linalg.norm(self.grasp_pos()[:2] - cube[:2]) > 0.02:
-                self._phase = "approach"  # the cube moved away: go back above it
-            return self._move_to(grasp, yaw, GRIPPER_OPEN)
-        if self._phase == "close":
+                phase = "approach"  # the cube moved away: go back above it
+            return self._move_to(grasp, yaw, GRIPPER_OPEN), phase
+        if phase == "close":
             if grip_now < 20.0 and abs(self.robot.get_observation()["state"][11]) < 5.0:
-                self._phase = "lift"
-            return self._move_to(self.grasp_pos(), yaw, GRIPPER_CLOSED)
-        if not self.touching(self.target) and self.lift(self.target) < 0.005:
-            self._phase = "approach"  # dropped or missed: try again
+                phase = "lift"
+            return self._move_to(self.grasp_pos(), yaw, GRIPPER_CLOSED), phase
+        if not self.touching(name) and self.lift(name) < 0.005:
+            phase = "approach"  # dropped or missed: try again
         up = self.grasp_pos()
         up[2] = self.half + self.task.lift_height + 0.03
-        return self._move_to(up, yaw, GRIPPER_CLOSED)
+        return self._move_to(up, yaw, GRIPPER_CLOSED), phase
 
 
 # --- push_cube ----------------------------------------------------------------------------------------
