@@ -69,6 +69,8 @@ def test_asking_the_expert_for_another_cube_leaves_the_asked_cubes_plan_alone():
         actions[decoy] = np.array(asked)
     np.testing.assert_array_equal(actions[True], actions[False])
     assert env.target not in env.decoy_goals() and len(env.decoy_goals()) == 2
+    with pytest.raises(ValueError, match="no cube 'purple'"):
+        env.expert_action("purple")
 
 
 def test_a_decoy_heads_for_another_cube_and_the_expert_turns_back():

@@ -361,6 +361,8 @@ class PickCubeEnv(CubeTaskEnv):
         """Above the cube with the jaws open and aligned, down, close, lift. ``cube``: the plan for another cube than
         the asked one (a decoy), with a phase of its own, so asking for it leaves the asked cube's plan as it was."""
         name = self.target if cube is None else cube
+        if name not in self.cubes:
+            raise ValueError(f"expert_action: no cube {name!r} in this scene; its cubes are {self.cubes}")
         action, self._phases[name] = self._plan(name, self._phases.get(name, "approach"))
         return action
 
