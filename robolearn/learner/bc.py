@@ -74,21 +74,21 @@ class Perturbation:
         if self.jitter < 0:
             raise ValueError(f"perturbation jitter must be >= 0, got {self.jitter}")
 
-    def ticks_of(self, rng: np.random.Generator) -> range:
-        """The random burst's ticks of one episode (empty for an episode left alone)."""
-        if self.fraction == 0 or rng.random() >= self.fraction:  # a zero fraction draws nothing
-            return range(0)
-        first = int(rng.integers(*self.start))
-        return range(first, first + int(rng.integers(self.ticks[0], self.ticks[1] + 1)))
-
     def draw(self, rng: np.random.Generator, action_dim: int, decoy_goals: list[str]) -> Burst:
-        """One episode's burst. With ``decoy`` 0 the draws are those of random bursts alone."""
+        """One episode's burst (no ticks for an episode left alone). With ``decoy`` 0 the draws are those of random
+        bursts alone, and a zero ``fraction`` draws nothing for them."""
         if self.decoy and decoy_goals and rng.random() < self.decoy:
-            first = int(rng.integers(*self.decoy_start))
-            ticks = range(first, first + int(rng.integers(self.decoy_ticks[0], self.decoy_ticks[1] + 1)))
+            ticks = _window(rng, self.decoy_start, self.decoy_ticks)
             return Burst(ticks, decoy=decoy_goals[int(rng.integers(len(decoy_goals)))])
-        ticks = self.ticks_of(rng)
-        return Burst(ticks, direction=rng.uniform(-1.0, 1.0, action_dim) if ticks else None)
+        if self.fraction == 0 or rng.random() >= self.fraction:
+            return Burst(range(0))
+        return Burst(_window(rng, self.start, self.ticks), direction=rng.uniform(-1.0, 1.0, action_dim))
+
+
+def _window(rng: np.random.Generator, start: tuple[int, int], ticks: tuple[int, int]) -> range:
+    """Ticks from a first one in ``start`` [low, high), ``ticks`` [low, high] of them."""
+    first = int(rng.integers(*start))
+    return range(first, first + int(rng.integers(ticks[0], ticks[1] + 1)))
 
 
 def mask_after_perturbed(valid: np.ndarray, perturbed: np.ndarray) -> np.ndarray:
