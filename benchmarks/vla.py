@@ -1,7 +1,7 @@
 """The VLA (``policy=vla``) on pick_cube_color from images and instructions: success per colour, on paraphrases
 never seen in training, and its inference time through the policy server.
 
-    make bench-vla        (python benchmarks/vla.py [--policies 3] [--demos 300] [--bc-steps 2000] [--episodes 100])
+    make bench-vla        (python benchmarks/vla.py [--policies 3] [--demos 600] [--bc-steps 4000] [--episodes 100])
 
 Task: ``pick_cube_color`` with ``task.language=true`` (the instruction is an observation, no one-hot) and
 ``task.scene_state=false`` (the state is the arm's joints and grasp point only: where the three cubes are comes
@@ -137,8 +137,8 @@ def inference_ms(policy: VLAPolicy, env: PickCubeEnv, requests: int, first_seed:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policies", type=int, default=3)
-    ap.add_argument("--demos", type=int, default=300)
-    ap.add_argument("--bc-steps", type=int, default=2000)
+    ap.add_argument("--demos", type=int, default=600)
+    ap.add_argument("--bc-steps", type=int, default=4000)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--episodes", type=int, default=100)
     ap.add_argument("--rtt-requests", type=int, default=200)
