@@ -139,10 +139,11 @@ def test_two_stage_the_trunk_never_sees_the_mid_observation_and_the_head_reads_o
     assert share < 0.05, share                               # the light head of late binding
 
 
-@pytest.mark.parametrize("camera_encoder", ["conv", "film_keypoints"])
-def test_bc_learns_to_act_on_the_colour_word(env, camera_encoder):
+@pytest.mark.parametrize(("camera_encoder", "text_encoder"),
+                         [("conv", "word_vectors"), ("film_keypoints", "word_vectors"), ("conv", "minilm")])
+def test_bc_learns_to_act_on_the_colour_word(env, camera_encoder, text_encoder):
     """Chunks that depend on the instruction alone: the VLA has to read the colour word to fit them (with cameras
-    conditioned on the words too)."""
+    conditioned on the words too), from static word vectors or from the language model's word pieces."""
     rng = np.random.default_rng(0)
     n, colours = 192, ["red", "green", "blue"]
     target = {"red": 0.6, "green": 0.0, "blue": -0.6}
@@ -156,7 +157,7 @@ def test_bc_learns_to_act_on_the_colour_word(env, camera_encoder):
                             "wrist": rng.integers(0, 256, (n, SIZE, SIZE, 3), dtype=np.uint8),
                             "instruction": np.stack([encode_text(f"pick up the {c} cube", INSTRUCTION_BYTES)
                                                      for c in asked])})
-    policy = tiny_vla(env, camera_encoder=camera_encoder)
+    policy = tiny_vla(env, camera_encoder=camera_encoder, text_encoder=text_encoder)
     losses = train_bc(policy, data, steps=250, batch_size=64, lr=2e-3)
     assert np.mean(losses[-20:]) < 0.3 * np.mean(losses[:20])
 

@@ -59,6 +59,8 @@ def words(text: str) -> list[str]:
 class WordVectors:
     """The frozen table: ``encode`` texts to (B, W, 300) float32 vectors and a (B, W) mask of known words."""
 
+    width = WIDTH
+
     def __init__(self, vocab_dir: Path) -> None:
         for name, digest in SHA256.items():
             got = hashlib.sha256((vocab_dir / name).read_bytes()).hexdigest()

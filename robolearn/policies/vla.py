@@ -1,7 +1,8 @@
 """A small vision-language-action policy (``policy=vla``): an instruction, camera images and the robot's state in,
 a chunk of actions out, by the flow-matching chunk machinery of ``flow_chunk`` (docs/algorithms.md, "VLA").
 
-    words  w_1..w_W = frozen word vectors of the instruction (W, 300)     policies.text_encoder
+    words  w_1..w_W = frozen vectors of the instruction's words (W, D)   policies.text_encoder (D = 300), or its
+                                                                          word pieces in context, language_model (384)
     text   t = tanh(LN(W_o [attn_1; ..; attn_h])),  attn_j = sum_i softmax_i(q_j . P w_i / sqrt(T)) P w_i   (B, T)
     vision v = [CNN_front(img_front); CNN_wrist(img_wrist)]              policies.encoders, (B, C * V): CameraEncoder,
                                                                           or KeypointEncoder's image positions,
@@ -10,11 +11,11 @@ a chunk of actions out, by the flow-matching chunk machinery of ``flow_chunk`` (
     chunk  the flow of FlowChunkPolicy conditioned on e (one-stage); two-stage: the trunk on the first
            observation (e, the committed actions, k / D), the light head on the mid observation's state alone
 
-The word vectors are frozen (a table lookup, no parameters); the projection P, the h learned queries q_j and
-everything after them are trained from scratch, cameras included. Attention pooling with learned queries lets the
-policy pick out the words that matter ("red" in "pick up the red cube") by what their vectors are like, so a
-paraphrase whose colour word is a neighbour in the vector space ("crimson", "scarlet") lands near it; a mean over
-the words would dilute that word by the rest of the sentence.
+The word vectors are frozen (a table lookup, or a language model that never trains); the projection P, the h learned
+queries q_j and everything after them are trained from scratch, cameras included. Attention pooling with learned
+queries lets the policy pick out the words that matter ("red" in "pick up the red cube") by what their vectors are
+like, so a paraphrase whose colour word is a neighbour in the vector space ("crimson", "scarlet") lands near it; a
+mean over the words would dilute that word by the rest of the sentence.
 
 In training (``self.training``) every camera frame is shifted by up to ``image_shift_pad`` pixels (DrQ's random
 shift, drawn from torch's generator so a checkpoint restores it), which image BC needs to generalise from a few
@@ -43,8 +44,9 @@ from robolearn.policies.encoders import (
     random_shift,
 )
 from robolearn.policies.flow_chunk import FlowChunkPolicy, FlowChunkPolicyConfig
+from robolearn.policies.language_model import minilm
 from robolearn.policies.mlp import mlp
-from robolearn.policies.text_encoder import WIDTH, word_vectors
+from robolearn.policies.text_encoder import word_vectors
 from robolearn.specs import ActionSpec, ObservationSpec, decode_text, is_text
 
 Observation = dict[str, torch.Tensor]
@@ -60,6 +62,7 @@ def film_keypoints(height: int, width: int, features: int, text_features: int) -
 
 CAMERA_ENCODERS = {"conv": CameraEncoder, "keypoints": keypoints}   # (height, width, features)
 CONDITIONED = {"film_keypoints": film_keypoints}                    # the same and the instruction's width T
+TEXT_ENCODERS = {"word_vectors": word_vectors, "minilm": minilm}     # loaders of frozen (width, encode(texts, W))
 
 
 @dataclass
@@ -68,7 +71,9 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
 
     name: str = "vla"
     instruction_key: str = "instruction"
-    max_words: int = 16             # words of the instruction read (the rest dropped)
+    text_encoder: str = "word_vectors"  # word_vectors: spaCy's static 300-d vectors (policies.text_encoder);
+                                        # minilm: all-MiniLM-L6-v2's word pieces in context (policies.language_model)
+    max_words: int = 16             # words (word_vectors) or word pieces with [CLS] and [SEP] (minilm) read
     text_features: int = 64         # T: the projected word width and the sentence's features
     text_heads: int = 4             # h: learned queries pooling the words
     camera_encoder: str = "conv"     # conv: CNN, flattened, projected to camera_features; keypoints: a spatial softmax
@@ -85,6 +90,8 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
                 raise ValueError(f"policy.{key} must be >= 1, got {getattr(self, key)}")
         if not self.fuse_dims or any(h < 1 for h in self.fuse_dims):
             raise ValueError(f"policy.fuse_dims must be positive sizes, got {self.fuse_dims}")
+        if self.text_encoder not in TEXT_ENCODERS:
+            raise ValueError(f"policy.text_encoder must be one of {sorted(TEXT_ENCODERS)}, got {self.text_encoder!r}")
         if self.camera_encoder not in CAMERA_ENCODERS | CONDITIONED:
             raise ValueError(f"policy.camera_encoder must be one of {sorted(CAMERA_ENCODERS | CONDITIONED)}, got "
                              f"{self.camera_encoder!r}")
@@ -96,23 +103,24 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
 
 
 class InstructionEncoder(nn.Module):
-    """uint8 (B, N) UTF-8 sentences -> (B, T): frozen word vectors, projection, attention pooling by h learned
-    queries, then Linear -> LayerNorm -> tanh. A sentence with no known word gives the features of zero pooling."""
+    """uint8 (B, N) UTF-8 sentences -> (B, T): frozen word vectors (``backbone``, a TEXT_ENCODERS name), projection,
+    attention pooling by h learned queries, then Linear -> LayerNorm -> tanh. A sentence with no known word gives the
+    features of zero pooling."""
 
-    def __init__(self, max_words: int, features: int, heads: int) -> None:
+    def __init__(self, max_words: int, features: int, heads: int, backbone: str = "word_vectors") -> None:
         super().__init__()
         self.max_words = max_words
-        self.project = nn.Linear(WIDTH, features)
+        self._table = TEXT_ENCODERS[backbone]()  # loads (and checks) the weights now, not at the first request
+        self.project = nn.Linear(self._table.width, features)
         self.queries = nn.Parameter(torch.randn(heads, features) / math.sqrt(features))
         self.out = nn.Sequential(nn.Linear(heads * features, features), nn.LayerNorm(features), nn.Tanh())
         self.out_dim = features
-        self._table = word_vectors()  # loads (and checks) the vectors now, not at the first request
         self._cache: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}  # sentence bytes -> vectors, mask
 
     def lookup(self, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """uint8 (B, N) -> word vectors (B, W, 300) and the mask of known words (B, W), on the projection's device."""
+        """uint8 (B, N) -> word vectors (B, W, D) and the mask of known words (B, W), on the projection's device."""
         rows = text.cpu().numpy()
-        vectors = np.empty((len(rows), self.max_words, WIDTH), np.float32)
+        vectors = np.empty((len(rows), self.max_words, self._table.width), np.float32)
         mask = np.empty((len(rows), self.max_words), np.float32)
         for i, row in enumerate(rows):
             key = row.tobytes()
@@ -152,7 +160,7 @@ class VLAPolicy(FlowChunkPolicy):
         if not image_keys(obs_spec):
             raise ValueError(f"policy=vla needs at least one camera; the task's observations are "
                              f"{sorted(obs_spec.arrays)} (task.cameras=[front,wrist])")
-        self.text = InstructionEncoder(c.max_words, c.text_features, c.text_heads)
+        self.text = InstructionEncoder(c.max_words, c.text_features, c.text_heads, c.text_encoder)
         if c.camera_encoder in CONDITIONED:
             camera = functools.partial(CONDITIONED[c.camera_encoder], text_features=self.text.out_dim)
         else:
