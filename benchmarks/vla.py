@@ -53,7 +53,13 @@ from robolearn.inference.protocol import ChunkRequest  # noqa: E402
 from robolearn.inference.runner import ChunkPolicyRunner  # noqa: E402
 from robolearn.inference.server import PolicyServer  # noqa: E402
 from robolearn.learner.bc import Perturbation, expert_demos, train_bc  # noqa: E402
-from robolearn.policies.vla import CAMERA_ENCODERS, CONDITIONED, VLAPolicy, VLAPolicyConfig  # noqa: E402
+from robolearn.policies.vla import (  # noqa: E402
+    CAMERA_ENCODERS,
+    CONDITIONED,
+    TEXT_ENCODERS,
+    VLAPolicy,
+    VLAPolicyConfig,
+)
 from robolearn.sim.cube_tasks import PickCubeColorConfig, PickCubeEnv  # noqa: E402
 
 COLOURS = ["red", "green", "blue"]
@@ -148,13 +154,16 @@ def main() -> None:
     ap.add_argument("--eval-seed", type=int, default=EVAL_SEED, help="first evaluation seed (development: 50000)")
     ap.add_argument("--camera-encoder", choices=sorted(CAMERA_ENCODERS | CONDITIONED), default="conv",
                     help="policy.camera_encoder (robolearn.policies.vla)")
+    ap.add_argument("--text-encoder", choices=sorted(TEXT_ENCODERS), default="word_vectors",
+                    help="policy.text_encoder (robolearn.policies.vla)")
     ap.add_argument("--scene", choices=["cameras", "state"], default="cameras",
                     help="where the cubes' poses come from: the cameras alone, or the state too (task.scene_state)")
     args = ap.parse_args()
     if args.policies < 3 and args.eval_seed == EVAL_SEED:
         ap.error("--policies must be >= 3 for the figures (medians over policies)")
     torch.set_num_threads(2)
-    config = VLAPolicyConfig(chunk_horizon=H, max_prefix=0, camera_encoder=args.camera_encoder)
+    config = VLAPolicyConfig(chunk_horizon=H, max_prefix=0, camera_encoder=args.camera_encoder,
+                             text_encoder=args.text_encoder)
     train = {c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}
     env = make_env(train, args.scene == "state")
     t0 = time.perf_counter()

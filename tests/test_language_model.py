@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from robolearn.policies.language_model import WIDTH, MiniLM, minilm, model_dir
+from robolearn.policies.vla import VLAPolicyConfig
 
 
 def sentence(model: MiniLM, text: str) -> np.ndarray:
@@ -39,6 +40,7 @@ def test_instructions_encode_offline_into_word_pieces_in_context(monkeypatch, tm
     assert not np.allclose(red_cube, red_wine)  # the same word, another sentence: another vector
     cut, cut_mask = model.encode(["pick up the red cube"], max_words=4)
     assert cut_mask.tolist() == [[1, 1, 1, 1]]
+    np.testing.assert_array_equal(cut, model.encode(["pick up"], max_words=4)[0])  # cut, its [SEP] kept
     # meaning the static word vectors miss (there "crimson" is nearer "blue" than "red")
     crimson = sentence(model, "the crimson colour")
     near = {c: float(crimson @ sentence(model, f"the {c} colour")) for c in ("red", "green", "blue")}
@@ -56,6 +58,14 @@ def test_the_weights_are_read_as_the_reference_loader_reads_them():
     vectors, mask = minilm().encode(texts, 8)
     np.testing.assert_array_equal(mask, batch["attention_mask"].numpy())
     np.testing.assert_allclose(vectors, expected.numpy(), atol=1e-5)
+
+
+def test_a_length_that_leaves_no_word_is_refused_by_name():
+    with pytest.raises(ValueError, match="max_words counts word pieces with"):
+        minilm().encode(["pick up the red cube"], max_words=2)
+    with pytest.raises(ValueError, match="policy.max_words counts word pieces"):
+        VLAPolicyConfig(text_encoder="minilm", max_words=2)
+    VLAPolicyConfig(text_encoder="word_vectors", max_words=2)  # two words are two words
 
 
 def test_a_file_that_is_not_the_chosen_one_is_refused(tmp_path):

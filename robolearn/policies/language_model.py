@@ -36,6 +36,7 @@ SHA256 = {  # sentence-transformers/all-MiniLM-L6-v2 at revision 1110a243fdf4706
     "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
 }
 WIDTH = 384
+MAX_PIECES = 512  # the model's positions
 UNUSED = {"embeddings.position_ids"}  # a buffer older transformers saved; BertModel rebuilds it
 
 
@@ -47,7 +48,8 @@ class MiniLM:
 
     def __init__(self, model_dir: Path) -> None:
         for name, digest in SHA256.items():
-            got = hashlib.sha256((model_dir / name).read_bytes()).hexdigest()
+            with (model_dir / name).open("rb") as f:
+                got = hashlib.file_digest(f, "sha256").hexdigest()
             if got != digest:
                 raise ValueError(f"{model_dir / name} is not the file robolearn's language model was built on "
                                  f"(SHA-256 {got}, expected {digest}): reinstall {PACKAGE}")
@@ -65,15 +67,21 @@ class MiniLM:
             raise ValueError(f"{model_dir / 'model.safetensors'} does not fit BertModel: missing {missing}, "
                              f"unexpected {unexpected}")
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        self.tokenizer.no_truncation()  # the file pads and cuts to 128; encode cuts to its caller's length itself, so
+        self.tokenizer.no_padding()     # the shared tokenizer never changes state (safe from several threads)
+        self.sep, self.pad = self.tokenizer.token_to_id("[SEP]"), self.tokenizer.token_to_id("[PAD]")
 
     def encode(self, texts: list[str], max_words: int) -> tuple[np.ndarray, np.ndarray]:
-        """texts -> vectors (B, max_words, 384) float32 and mask (B, max_words) float32. ``max_words`` counts word
-        pieces with [CLS] and [SEP]; a longer sentence is cut (its [SEP] kept)."""
-        self.tokenizer.enable_truncation(max_length=max_words)
-        self.tokenizer.enable_padding(length=max_words)
-        pieces = self.tokenizer.encode_batch(texts)
-        ids = torch.tensor([p.ids for p in pieces], dtype=torch.long)
-        mask = torch.tensor([p.attention_mask for p in pieces], dtype=torch.long)
+        """texts -> vectors (B, max_words, 384) float32 and mask (B, max_words) float32. ``max_words`` (>= 3) counts
+        word pieces with [CLS] and [SEP]; a longer sentence is cut (its [SEP] kept)."""
+        if not 3 <= max_words <= MAX_PIECES:
+            raise ValueError(f"max_words counts word pieces with [CLS] and [SEP]: 3..{MAX_PIECES}, got {max_words}")
+        ids = torch.full((len(texts), max_words), self.pad, dtype=torch.long)
+        mask = torch.zeros((len(texts), max_words), dtype=torch.long)
+        for i, pieces in enumerate(self.tokenizer.encode_batch(texts)):
+            row = pieces.ids if len(pieces.ids) <= max_words else [*pieces.ids[:max_words - 1], self.sep]
+            ids[i, :len(row)] = torch.tensor(row)
+            mask[i, :len(row)] = 1
         with torch.no_grad():
             hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
         hidden = hidden * mask.unsqueeze(-1)  # padding positions carry nothing
@@ -90,5 +98,6 @@ def model_dir() -> Path:
 
 @cache
 def minilm() -> MiniLM:
-    """The model, loaded once per process (about 1 s, most of it importing transformers)."""
+    """The model, loaded once per process (19 s on this 2-core machine beside a benchmark, nearly all of it
+    importing transformers)."""
     return MiniLM(model_dir())

@@ -44,7 +44,7 @@ from robolearn.policies.encoders import (
     random_shift,
 )
 from robolearn.policies.flow_chunk import FlowChunkPolicy, FlowChunkPolicyConfig
-from robolearn.policies.language_model import minilm
+from robolearn.policies.language_model import MAX_PIECES, minilm
 from robolearn.policies.mlp import mlp
 from robolearn.policies.text_encoder import word_vectors
 from robolearn.specs import ActionSpec, ObservationSpec, decode_text, is_text
@@ -92,6 +92,9 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
             raise ValueError(f"policy.fuse_dims must be positive sizes, got {self.fuse_dims}")
         if self.text_encoder not in TEXT_ENCODERS:
             raise ValueError(f"policy.text_encoder must be one of {sorted(TEXT_ENCODERS)}, got {self.text_encoder!r}")
+        if self.text_encoder == "minilm" and not 3 <= self.max_words <= MAX_PIECES:
+            raise ValueError(f"policy.max_words counts word pieces with [CLS] and [SEP] for text_encoder=minilm: "
+                             f"3..{MAX_PIECES}, got {self.max_words}")
         if self.camera_encoder not in CAMERA_ENCODERS | CONDITIONED:
             raise ValueError(f"policy.camera_encoder must be one of {sorted(CAMERA_ENCODERS | CONDITIONED)}, got "
                              f"{self.camera_encoder!r}")
@@ -104,8 +107,8 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
 
 class InstructionEncoder(nn.Module):
     """uint8 (B, N) UTF-8 sentences -> (B, T): frozen word vectors (``backbone``, a TEXT_ENCODERS name), projection,
-    attention pooling by h learned queries, then Linear -> LayerNorm -> tanh. A sentence with no known word gives the
-    features of zero pooling."""
+    attention pooling by h learned queries, then Linear -> LayerNorm -> tanh. With word vectors a sentence with no
+    known word gives the features of zero pooling; the language model always has its [CLS] and [SEP] pieces."""
 
     def __init__(self, max_words: int, features: int, heads: int, backbone: str = "word_vectors") -> None:
         super().__init__()
@@ -118,18 +121,20 @@ class InstructionEncoder(nn.Module):
         self._cache: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}  # sentence bytes -> vectors, mask
 
     def lookup(self, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """uint8 (B, N) -> word vectors (B, W, D) and the mask of known words (B, W), on the projection's device."""
+        """uint8 (B, N) -> word vectors (B, W, D) and their mask (B, W) (0: padding, or a word the table does not
+        hold), on the projection's device. Each sentence is encoded once (new ones of a batch together), then cached."""
         rows = text.cpu().numpy()
-        vectors = np.empty((len(rows), self.max_words, self._table.width), np.float32)
-        mask = np.empty((len(rows), self.max_words), np.float32)
-        for i, row in enumerate(rows):
-            key = row.tobytes()
-            if key not in self._cache:
-                if len(self._cache) > 4096:  # instructions repeat; a stream of new ones must not grow it forever
-                    self._cache.clear()
-                v, m = self._table.encode([decode_text(row)], self.max_words)
-                self._cache[key] = (v[0], m[0])
-            vectors[i], mask[i] = self._cache[key]
+        keys = [row.tobytes() for row in rows]
+        new = list(dict.fromkeys(k for k in keys if k not in self._cache))
+        if new:
+            if len(self._cache) + len(new) > 4096:  # instructions repeat; a stream of new ones must not grow it forever
+                self._cache.clear()
+            v, m = self._table.encode([decode_text(np.frombuffer(k, np.uint8)) for k in new], self.max_words)
+            self._cache.update({k: (v[i], m[i]) for i, k in enumerate(new)})
+        vectors = np.zeros((len(keys), self.max_words, self._table.width), np.float32)
+        mask = np.zeros((len(keys), self.max_words), np.float32)
+        for i, k in enumerate(keys):
+            vectors[i], mask[i] = self._cache[k]
         device = self.project.weight.device
         return torch.from_numpy(vectors).to(device), torch.from_numpy(mask).to(device)
 
