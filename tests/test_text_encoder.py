@@ -4,7 +4,6 @@ words masked, and a file that is not the one chosen refused."""
 from __future__ import annotations
 
 import shutil
-import socket
 
 import numpy as np
 import pytest
@@ -20,13 +19,7 @@ def test_the_hash_is_spacys():
     assert table.row("strawberry") is not None and table.row("elephant") is not None
 
 
-def test_instructions_encode_offline_into_word_vectors_and_unknown_words_are_masked(monkeypatch, tmp_path):
-    def no_network(*args, **kwargs):
-        raise AssertionError("the text encoder reached for the network")
-
-    monkeypatch.setattr(socket.socket, "connect", no_network)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-cache"))
+def test_instructions_encode_offline_into_word_vectors_and_unknown_words_are_masked(offline):
     word_vectors.cache_clear()
     table = word_vectors()
     assert words("Pick up the RED cube!") == ["pick", "up", "the", "red", "cube"]
