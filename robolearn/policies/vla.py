@@ -125,11 +125,11 @@ class InstructionEncoder(nn.Module):
         hold), on the projection's device. Each sentence is encoded once (new ones of a batch together), then cached."""
         rows = text.cpu().numpy()
         keys = [row.tobytes() for row in rows]
-        new = list(dict.fromkeys(k for k in keys if k not in self._cache))
+        new = {k: row for k, row in zip(keys, rows, strict=True) if k not in self._cache}  # each sentence once
         if new:
             if len(self._cache) + len(new) > 4096:  # instructions repeat; a stream of new ones must not grow it forever
                 self._cache.clear()
-            v, m = self._table.encode([decode_text(np.frombuffer(k, np.uint8)) for k in new], self.max_words)
+            v, m = self._table.encode([decode_text(row) for row in new.values()], self.max_words)
             self._cache.update({k: (v[i], m[i]) for i, k in enumerate(new)})
         vectors = np.zeros((len(keys), self.max_words, self._table.width), np.float32)
         mask = np.zeros((len(keys), self.max_words), np.float32)
