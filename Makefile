@@ -11,7 +11,7 @@ PYTEST := $(VENV)/bin/python -m pytest
 
 .PHONY: setup chromium run test test-all bench bench-reach bench-buffer bench-experts bench-delay-sweep bench-control-loop \
 	bench-inference-rtt bench-learner-speed bench-hil bench-learn-async bench-chaos bench-reward bench-gui bench-fleet \
-	bench-data-plane bench-vla bench-learn-tasks bench-table lint clean
+	bench-data-plane bench-vla bench-vla-dsrl bench-learn-tasks bench-table lint clean
 
 setup: $(VENV)/.installed
 
@@ -81,6 +81,9 @@ bench-fleet: setup
 
 bench-vla: setup
 	$(VENV)/bin/python benchmarks/vla.py $(ARGS)
+
+bench-vla-dsrl: setup
+	MUJOCO_GL=egl HF_HUB_OFFLINE=1 $(VENV)/bin/python benchmarks/vla_dsrl.py $(ARGS)
 
 bench-data-plane: setup
 	$(VENV)/bin/python benchmarks/data_plane.py $(ARGS)

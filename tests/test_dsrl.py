@@ -55,6 +55,23 @@ def test_the_flow_policy_stays_bit_identical_while_the_noise_policy_and_critics_
     assert any(not torch.equal(v, critic_before[k]) for k, v in algo.critic.state_dict().items())
 
 
+def test_the_noise_policy_waits_for_the_critic_during_the_actor_warmup(tmp_path):
+    policy = DSRLPolicy(OBS, ACT, DSRLPolicyConfig(base=BASE, base_checkpoint=_base_checkpoint(tmp_path),
+                                                   hidden_dims=[32, 32]))
+    algo = DSRL(policy, DSRLConfig(critic_hidden_dims=[32, 32], actor_warmup=3))
+    weights = {k: v.clone() for k, v in policy.noise_actor.state_dict().items() if "normalise" not in k}
+    critic = {k: v.clone() for k, v in algo.critic.state_dict().items()}
+    for _ in range(3):
+        metrics = algo.update(_batch())
+    assert "actor_loss" not in metrics  # three critic-only updates
+    assert all(torch.equal(v, policy.noise_actor.state_dict()[k]) for k, v in weights.items())
+    assert any(not torch.equal(v, algo.critic.state_dict()[k]) for k, v in critic.items())
+    assert "actor_loss" in algo.update(_batch())  # the fourth moves pi_W
+    assert any(not torch.equal(v, policy.noise_actor.state_dict()[k]) for k, v in weights.items())
+    with pytest.raises(ValueError, match="actor_warmup"):
+        DSRLConfig(actor_warmup=-1)
+
+
 def test_the_noise_policy_learns_through_the_flow(tmp_path):
     policy, algo = _dsrl(tmp_path)
     state = _batch()["obs"]

@@ -57,6 +57,8 @@ class DSRLConfig:
     temperature_lr: float = 3e-4
     init_temperature: float = 0.1
     actor_update_every: int = 1
+    actor_warmup: int = 0          # critic-only updates before pi_W's first step: an untrained critic's gradient
+                                   # through F would move the noise away from where the frozen policy works
     demo_ratio: float = 0.0        # RLPD: share of each batch from demo + intervention steps (when any)
     grad_clip_norm: float = 0.0
 
@@ -68,8 +70,8 @@ class DSRLConfig:
             raise ValueError(f"algo.gamma and algo.tau must be in (0, 1], got {self.gamma}, {self.tau}")
         if not 0 <= self.demo_ratio < 1:
             raise ValueError(f"algo.demo_ratio must be in [0, 1), got {self.demo_ratio}")
-        if self.grad_clip_norm < 0 or self.actor_update_every < 1:
-            raise ValueError("algo.grad_clip_norm must be >= 0 and algo.actor_update_every >= 1")
+        if self.grad_clip_norm < 0 or self.actor_update_every < 1 or self.actor_warmup < 0:
+            raise ValueError("algo.grad_clip_norm and algo.actor_warmup must be >= 0 and algo.actor_update_every >= 1")
 
 
 class DSRL:
@@ -139,7 +141,7 @@ class DSRL:
                               self.cfg.tau, self.cfg.grad_clip_norm)
         self.num_updates += 1
 
-        if self.num_updates % self.cfg.actor_update_every == 0:
+        if self.num_updates > self.cfg.actor_warmup and self.num_updates % self.cfg.actor_update_every == 0:
             new_action, log_prob = self.policy_actions(obs, context)  # the gradient reaches pi_W through F
             self._last_actor_metrics = actor_step(self.actor_opt, self._actor_params, self.critic, self.temperature,
                                                   feat, new_action, log_prob, alpha, self.cfg.grad_clip_norm)

@@ -1,0 +1,192 @@
+"""DSRL on the VLA of ``make bench-vla``: ``dsrl_success_gain``, success gained by steering the frozen VLA's noise.
+
+    make bench-vla-dsrl   (python benchmarks/vla_dsrl.py [--runs 3] [--env-steps 4000] [--utd 0.25] [--episodes 100])
+
+1. The BC start: bench-vla's policy ``--base-seed`` (default 0), trained here as there (vla.py's ``record_demos`` and
+   ``behaviour_clone``: the same demos, settings, BC steps and seed) and saved as a robolearn checkpoint in
+   ``--workdir``; ``--base CKPT`` starts from one saved by an earlier run of this script instead.
+2. Its success on the held-out seeds: vla.py's ``evaluate``, 100 episodes from 900000 (never used while developing),
+   sync, the first 5 actions of each 10-action chunk executed.
+3. ``--runs`` runs of the shipped ``robolearn run`` (actor and learner processes, the policy served and the transitions
+   spooled as in any run), seeds 0.. runs-1::
+
+       robolearn run task=pick_cube_color task.language=true task.scene_state=false task.cameras=[front,wrist]
+           task.camera_size=64 task.camera_shadows=false +task.instructions.<colour>=[vla.py's training sentences]
+           policy=dsrl policy.base.name=vla policy.base.<the VLA's settings> policy.base_checkpoint=<the BC start>
+           policy.noise_bound=<--noise-bound> algo=dsrl algo.actor_warmup=<--actor-warmup>
+           learner.utd_ratio=<--utd> learner.threads=2 budget.env_steps=<--env-steps>
+           actor.chunking.mode=sync actor.chunking.splice=replace actor.chunking.max_prefix=0
+           actor.chunking.execute_horizon=5
+
+   each for ``--env-steps`` env steps, every one of them counted in the budget (the episodes the noise policy explores
+   in, there are no others): the actor executes chunks as the evaluation does.
+4. Each run's last checkpoint on the same held-out seeds, the noise policy's mean (no exploration), the VLA unchanged
+   (its weights are compared with the BC start's, tensor by tensor).
+
+``dsrl_success_gain`` (issue 18, >= 0.15): the median over runs of success after minus the BC start's success, with
+min and max, and each run's success beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import ROBOLEARN, goal, run_command, spread, write_result  # noqa: E402
+from vla import (  # noqa: E402
+    COLOURS,
+    EVAL_SEED,
+    EXECUTE,
+    PERTURB,
+    TRAIN_TEMPLATES,
+    H,
+    behaviour_clone,
+    evaluate,
+    make_env,
+    record_demos,
+)
+
+from robolearn.builders import build_policy  # noqa: E402
+from robolearn.checkpoint import Checkpoint, load_checkpoint, save_checkpoint  # noqa: E402
+from robolearn.config import load_run_config  # noqa: E402
+from robolearn.inference.runner import ChunkPolicyRunner  # noqa: E402
+from robolearn.policies.vla import VLAPolicy, VLAPolicyConfig  # noqa: E402
+from robolearn.runtime.builtins import register_builtins  # noqa: E402
+
+
+def task_overrides() -> list[str]:
+    """The run's task: vla.py's ``make_env`` (the training sentences) as ``robolearn run`` overrides."""
+    sentences = [f"+task.instructions.{c}=[" + ",".join(f'"{t.format(c)}"' for t in TRAIN_TEMPLATES) + "]"
+                 for c in COLOURS]
+    return ["task=pick_cube_color", "task.language=true", "task.scene_state=false", "task.cameras=[front,wrist]",
+            "task.camera_size=64", "task.camera_shadows=false", *sentences]
+
+
+def base_overrides(config: VLAPolicyConfig) -> list[str]:
+    """``policy.base.*``: the BC start's settings (those that differ from the defaults; the checkpoint holds the
+    weights, these say which network they fit)."""
+    default = VLAPolicyConfig()
+    out = ["policy.base.name=vla"]
+    for key, value in vars(config).items():
+        if key != "name" and value != getattr(default, key):
+            out.append(f"policy.base.{key}={json.dumps(value) if isinstance(value, list) else value}")
+    return out
+
+
+def dsrl_run(workdir: Path, base: Path, config: VLAPolicyConfig, seed: int, args: argparse.Namespace) -> Path:
+    """One ``robolearn run`` of DSRL from ``base``; its run folder. RuntimeError with the log's tail if it failed."""
+    name = f"dsrl-{seed}"
+    overrides = [*task_overrides(), "policy=dsrl", *base_overrides(config), f"policy.base_checkpoint={base}",
+                 f"policy.noise_bound={args.noise_bound}", "algo=dsrl", f"algo.actor_warmup={args.actor_warmup}",
+                 f"learner.utd_ratio={args.utd}", "learner.threads=2", f"budget.env_steps={args.env_steps}",
+                 f"budget.minutes={args.minutes}", f"seed={seed}", "actor.chunking.mode=sync",
+                 "actor.chunking.splice=replace", "actor.chunking.max_prefix=0",
+                 f"actor.chunking.execute_horizon={EXECUTE}", f"run_name={name}", "runtime.live_console=false"]
+    log = workdir / f"{name}.log"
+    print(f"robolearn run {' '.join(overrides)}  (log {log})", flush=True)
+    with open(log, "w") as out:
+        code = subprocess.run([str(ROBOLEARN), "run", *overrides], cwd=workdir, stdout=out,
+                              stderr=subprocess.STDOUT).returncode
+    run = workdir / "runs" / name
+    if code != 0:
+        raise RuntimeError(f"robolearn run {name} exited with {code}:\n{log.read_text()[-3000:]}")
+    return run
+
+
+def run_record(run: Path) -> dict:
+    """The learner's last metrics line: env steps, episodes, updates, its rolling training success."""
+    last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    return {k: last[k] for k in ("env_steps", "episodes", "successes", "success_rate_50", "updates")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3, help="DSRL runs (seeds 0..runs-1) from the one BC start")
+    ap.add_argument("--env-steps", type=int, default=4000, help="each DSRL run's budget of env steps")
+    ap.add_argument("--utd", type=float, default=0.25, help="learner updates per env step")
+    ap.add_argument("--noise-bound", type=float, default=1.0, help="policy.noise_bound: the noise's range")
+    ap.add_argument("--actor-warmup", type=int, default=400, help="algo.actor_warmup: critic-only updates first")
+    ap.add_argument("--minutes", type=float, default=60.0, help="each run's time cap (it should end on env steps)")
+    ap.add_argument("--episodes", type=int, default=100)
+    ap.add_argument("--base-seed", type=int, default=0, help="which of bench-vla's policies is the BC start")
+    ap.add_argument("--base", type=Path, default=None, help="the BC start's checkpoint, saved by an earlier run")
+    ap.add_argument("--demos", type=int, default=600)
+    ap.add_argument("--bc-steps", type=int, default=4000)
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--eval-seed", type=int, default=EVAL_SEED, help="first evaluation seed (development: 50000)")
+    ap.add_argument("--workdir", type=Path, default=None, help="where the runs go (default: a new temporary folder)")
+    args = ap.parse_args()
+    if args.runs < 3 and args.eval_seed == EVAL_SEED:
+        ap.error("--runs must be >= 3 for the figure (a median over runs)")
+    register_builtins()
+    torch.set_num_threads(2)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-vla-dsrl-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = VLAPolicyConfig(chunk_horizon=H, max_prefix=0)  # bench-vla's defaults
+    env = make_env({c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}, scene_state=False)
+    t0 = time.perf_counter()
+    bc_record: dict = {"checkpoint": str(args.base)}
+    if args.base is None:
+        data = record_demos(env, args.demos, PERTURB)
+        policy, bc_record = behaviour_clone(env, data, config, args.base_seed, args.bc_steps, args.batch_size)
+        del data
+        args.base = workdir / "bc" / "checkpoints" / "latest.pt"
+        save_checkpoint(args.base, Checkpoint({"actor": policy.state_dict()}, 1, 0, {}, torch.get_rng_state()))
+        print(f"BC start saved to {args.base} (loss {bc_record['final_loss']}, {bc_record['seconds']:.0f} s)",
+              flush=True)
+    else:
+        policy = VLAPolicy(env.observation_spec, env.action_spec, config)
+        policy.load_state_dict(load_checkpoint(args.base).policy_weights)
+    start = {k: v.clone() for k, v in policy.state_dict().items()}
+    before = evaluate(env, ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim), args.episodes,
+                      args.eval_seed)
+    print(f"BC start: success {before['success']:.2f} {before['per_colour']}", flush=True)
+
+    runs = []
+    for seed in range(args.runs):
+        t1 = time.perf_counter()
+        run = dsrl_run(workdir, args.base.resolve(), config, seed, args)
+        trained = run_record(run)
+        dsrl = build_policy(load_run_config(run / "config.yaml"), env.observation_spec, env.action_spec)
+        ckpt = load_checkpoint(run / "checkpoints" / "latest.pt")
+        dsrl.load_state_dict(ckpt.policy_weights)
+        unchanged = all(torch.equal(dsrl.base.state_dict()[k], v) for k, v in start.items())
+        after = evaluate(env, ChunkPolicyRunner(dsrl, env.observation_spec, env.action_spec.dim), args.episodes,
+                         args.eval_seed)
+        runs.append({"seed": seed, "success": after["success"], "per_colour": after["per_colour"],
+                     "gain": round(after["success"] - before["success"], 4), "checkpoint_env_steps": ckpt.env_steps,
+                     "training": trained, "vla_unchanged": unchanged,
+                     "minutes": round((time.perf_counter() - t1) / 60, 1)})
+        print(f"DSRL run {seed}: success {after['success']:.2f} {after['per_colour']} (gain {runs[-1]['gain']:+.2f}; "
+              f"{trained}; VLA unchanged: {unchanged}; {runs[-1]['minutes']} min)", flush=True)
+        if not unchanged:
+            raise RuntimeError(f"DSRL run {seed} changed the VLA's weights")
+    env.close()
+
+    gain = spread([r["gain"] for r in runs], 4)
+    command = run_command(ap, args, "bench-vla-dsrl", "vla_dsrl.py")
+    path = write_result("vla_dsrl", command, [goal("dsrl_success_gain", gain["median"], ">=", 0.15)],
+                        task="pick_cube_color (language, scene from cameras)", dsrl_success_gain=gain,
+                        bc_start={"success": before["success"], "per_colour": before["per_colour"],
+                                  "episodes_per_colour": before["episodes_per_colour"], **bc_record},
+                        runs=runs, minutes=round((time.perf_counter() - t0) / 60, 1),
+                        settings={"policy.base": vars(config), "env_steps_per_run": args.env_steps,
+                                  "utd_ratio": args.utd, "noise_bound": args.noise_bound,
+                                  "actor_warmup": args.actor_warmup, "learner_threads": 2, "execute_horizon": EXECUTE,
+                                  "demos": args.demos,
+                                  "bc_steps": args.bc_steps, "base_seed": args.base_seed,
+                                  "eval_seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}",
+                                  "workdir": str(workdir)})
+    print(f"\ndsrl_success_gain {gain} -> {path}")
+
+
+if __name__ == "__main__":
+    main()
