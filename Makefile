@@ -83,7 +83,7 @@ bench-vla: setup
 	$(VENV)/bin/python benchmarks/vla.py $(ARGS)
 
 bench-vla-dsrl: setup
-	MUJOCO_GL=egl HF_HUB_OFFLINE=1 $(VENV)/bin/python benchmarks/vla_dsrl.py $(ARGS)
+	$(VENV)/bin/python benchmarks/vla_dsrl.py $(ARGS)
 
 bench-data-plane: setup
 	$(VENV)/bin/python benchmarks/data_plane.py $(ARGS)

@@ -82,16 +82,23 @@ CAMERA_SIZE = 64
 PERTURB = Perturbation(fraction=1.0, decoy=0.5)  # the demos' bursts and decoys (the --perturb and --decoy defaults)
 
 
+def task_config(instructions: dict[str, list[str]], scene_state: bool) -> PickCubeColorConfig:
+    return PickCubeColorConfig(language=True, scene_state=scene_state, cameras=["front", "wrist"],
+                               camera_size=CAMERA_SIZE, camera_shadows=False, instructions=instructions)
+
+
 def make_env(instructions: dict[str, list[str]], scene_state: bool) -> PickCubeEnv:
-    return PickCubeEnv(PickCubeColorConfig(language=True, scene_state=scene_state, cameras=["front", "wrist"],
-                                           camera_size=CAMERA_SIZE, camera_shadows=False, instructions=instructions))
+    return PickCubeEnv(task_config(instructions, scene_state))
+
+
+EVAL_CHUNKING = ChunkingConfig(mode="sync", splice="replace", max_prefix=0, execute_horizon=EXECUTE)
 
 
 def evaluate(env: PickCubeEnv, runner: ChunkPolicyRunner, episodes: int, first_seed: int) -> dict:
-    """Success over ``episodes`` episodes seeded from ``first_seed`` (sync, zero inference ticks), overall and per
-    asked colour."""
+    """Success over ``episodes`` episodes seeded from ``first_seed`` (sync, zero inference ticks, EVAL_CHUNKING),
+    overall and per asked colour."""
     clock = SimClock(DelaySampler("fixed", ticks=0))
-    cfg = ChunkingConfig(mode="sync", splice="replace", max_prefix=0, execute_horizon=EXECUTE)
+    cfg = EVAL_CHUNKING
     executor = ChunkExecutor(SimulatedLatencyClient(runner, clock), env.action_spec, H, cfg)
     loop = EpisodeLoop(env, executor, clock, subscribers=[SeedTorch()])  # the actors' episode loop
     per: dict[str, list[bool]] = {c: [] for c in COLOURS}

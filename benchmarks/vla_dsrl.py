@@ -23,8 +23,11 @@
 4. Each run's last checkpoint on the same held-out seeds, the noise policy's mean (no exploration), the VLA unchanged
    (its weights are compared with the BC start's, tensor by tensor).
 
-``dsrl_success_gain`` (issue 18, >= 0.15): the median over runs of success after minus the BC start's success, with
-min and max, and each run's success beside it.
+The BC start is evaluated twice: as the VLA serves itself (its flow from sampled noise) and from zero noise (through
+DSRL's serving with the noise policy's mean held at 0: where a run's deterministic evaluation starts before it
+learns). ``dsrl_success_gain`` (issue 18, >= 0.15): the median over runs of success after minus the better of the
+two, with min and max, and each run's success beside it. Each run's config is checked against the evaluation's task,
+VLA settings and chunk execution, and a run that stopped short of its env steps stops the benchmark.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import ROBOLEARN, goal, run_command, spread, write_result  # noqa: E402
 from vla import (  # noqa: E402
     COLOURS,
+    EVAL_CHUNKING,
     EVAL_SEED,
     EXECUTE,
     PERTURB,
@@ -50,46 +54,54 @@ from vla import (  # noqa: E402
     H,
     behaviour_clone,
     evaluate,
-    make_env,
     record_demos,
+    task_config,
 )
 
 from robolearn.builders import build_policy  # noqa: E402
 from robolearn.checkpoint import Checkpoint, load_checkpoint, save_checkpoint  # noqa: E402
 from robolearn.config import load_run_config  # noqa: E402
 from robolearn.inference.runner import ChunkPolicyRunner  # noqa: E402
+from robolearn.policies.dsrl import DSRLPolicy, DSRLPolicyConfig  # noqa: E402
 from robolearn.policies.vla import VLAPolicy, VLAPolicyConfig  # noqa: E402
 from robolearn.runtime.builtins import register_builtins  # noqa: E402
+from robolearn.sim.cube_tasks import PickCubeColorConfig, PickCubeEnv  # noqa: E402
 
 
-def task_overrides() -> list[str]:
-    """The run's task: vla.py's ``make_env`` (the training sentences) as ``robolearn run`` overrides."""
-    sentences = [f"+task.instructions.{c}=[" + ",".join(f'"{t.format(c)}"' for t in TRAIN_TEMPLATES) + "]"
-                 for c in COLOURS]
-    return ["task=pick_cube_color", "task.language=true", "task.scene_state=false", "task.cameras=[front,wrist]",
-            "task.camera_size=64", "task.camera_shadows=false", *sentences]
+def task_overrides(task: PickCubeColorConfig) -> list[str]:
+    """The run's task as ``robolearn run`` overrides: vla.py's evaluation task (``task_config``), its sentences too
+    (``dsrl_run`` checks the run's config equals it)."""
+    sentences = [f"+task.instructions.{c}=[" + ",".join(json.dumps(t) for t in ts) + "]"
+                 for c, ts in task.instructions.items()]
+    return ["task=pick_cube_color", f"task.language={task.language}", f"task.scene_state={task.scene_state}",
+            f"task.cameras=[{','.join(task.cameras)}]", f"task.camera_size={task.camera_size}",
+            f"task.camera_shadows={task.camera_shadows}", *sentences]
 
 
 def base_overrides(config: VLAPolicyConfig) -> list[str]:
-    """``policy.base.*``: the BC start's settings (those that differ from the defaults; the checkpoint holds the
-    weights, these say which network they fit)."""
-    default = VLAPolicyConfig()
-    out = ["policy.base.name=vla"]
+    """``policy.base.*``: the BC start's settings where they differ from ``policy=dsrl``'s default base (the
+    checkpoint holds the weights, these say which network they fit; ``dsrl_run`` checks the run's base equals it)."""
+    default = DSRLPolicyConfig().base
+    out = []
     for key, value in vars(config).items():
-        if key != "name" and value != getattr(default, key):
-            out.append(f"policy.base.{key}={json.dumps(value) if isinstance(value, list) else value}")
+        if value != getattr(default, key):
+            out.append(f"policy.base.{key}={json.dumps(value) if isinstance(value, list | str) else value}")
     return out
 
 
-def dsrl_run(workdir: Path, base: Path, config: VLAPolicyConfig, seed: int, args: argparse.Namespace) -> Path:
-    """One ``robolearn run`` of DSRL from ``base``; its run folder. RuntimeError with the log's tail if it failed."""
+def dsrl_run(workdir: Path, base: Path, task: PickCubeColorConfig, config: VLAPolicyConfig, seed: int,
+             args: argparse.Namespace) -> Path:
+    """One ``robolearn run`` of DSRL from ``base`` for ``args.env_steps`` env steps; its run folder. RuntimeError with
+    the log's tail if it failed, stopped short of its env steps, or ran another task, base or chunk execution than
+    the evaluation's."""
     name = f"dsrl-{seed}"
-    overrides = [*task_overrides(), "policy=dsrl", *base_overrides(config), f"policy.base_checkpoint={base}",
+    chunking = [f"actor.chunking.{k}={getattr(EVAL_CHUNKING, k)}"
+                for k in ("mode", "splice", "max_prefix", "execute_horizon")]
+    overrides = [*task_overrides(task), "policy=dsrl", *base_overrides(config), f"policy.base_checkpoint='{base}'",
                  f"policy.noise_bound={args.noise_bound}", "algo=dsrl", f"algo.actor_warmup={args.actor_warmup}",
                  f"learner.utd_ratio={args.utd}", "learner.threads=2", f"budget.env_steps={args.env_steps}",
-                 f"budget.minutes={args.minutes}", f"seed={seed}", "actor.chunking.mode=sync",
-                 "actor.chunking.splice=replace", "actor.chunking.max_prefix=0",
-                 f"actor.chunking.execute_horizon={EXECUTE}", f"run_name={name}", "runtime.live_console=false"]
+                 f"budget.minutes={args.minutes}", f"seed={seed}", *chunking, f"run_name={name}",
+                 "runtime.live_console=false"]
     log = workdir / f"{name}.log"
     print(f"robolearn run {' '.join(overrides)}  (log {log})", flush=True)
     with open(log, "w") as out:
@@ -98,13 +110,27 @@ def dsrl_run(workdir: Path, base: Path, config: VLAPolicyConfig, seed: int, args
     run = workdir / "runs" / name
     if code != 0:
         raise RuntimeError(f"robolearn run {name} exited with {code}:\n{log.read_text()[-3000:]}")
+    summary = json.loads((run / "summary.json").read_text())
+    if not summary["ok"] or summary["env_steps"] < args.env_steps:
+        raise RuntimeError(f"robolearn run {name} stopped short: {summary['stopped_because']}, {summary['env_steps']} "
+                           f"of {args.env_steps} env steps (ok: {summary['ok']})")
+    ran = load_run_config(run / "config.yaml")
+    differs = [what for what, same in (("task", ran.task == task), ("policy.base", ran.policy.base == config),
+                                       ("actor.chunking", ran.actor.chunking == EVAL_CHUNKING)) if not same]
+    if differs:
+        raise RuntimeError(f"robolearn run {name} ran another {', '.join(differs)} than the evaluation's")
     return run
 
 
-def run_record(run: Path) -> dict:
-    """The learner's last metrics line: env steps, episodes, updates, its rolling training success."""
-    last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
-    return {k: last[k] for k in ("env_steps", "episodes", "successes", "success_rate_50", "updates")}
+def zero_noise(env: PickCubeEnv, config: VLAPolicyConfig, weights: dict[str, torch.Tensor]) -> DSRLPolicy:
+    """The BC start served through DSRL with the noise policy's mean held at 0: the flow from zero noise, the start
+    a DSRL run's deterministic evaluation sits near before it learns (the VLA itself samples its noise)."""
+    policy = DSRLPolicy(env.observation_spec, env.action_spec, DSRLPolicyConfig(base=config))
+    policy.load_base(weights)
+    with torch.no_grad():
+        policy.noise_actor.gaussian.weight.zero_()
+        policy.noise_actor.gaussian.bias.zero_()
+    return policy
 
 
 def main() -> None:
@@ -124,6 +150,8 @@ def main() -> None:
     ap.add_argument("--eval-seed", type=int, default=EVAL_SEED, help="first evaluation seed (development: 50000)")
     ap.add_argument("--workdir", type=Path, default=None, help="where the runs go (default: a new temporary folder)")
     args = ap.parse_args()
+    if args.runs < 1:
+        ap.error("--runs must be >= 1")
     if args.runs < 3 and args.eval_seed == EVAL_SEED:
         ap.error("--runs must be >= 3 for the figure (a median over runs)")
     command = run_command(ap, args, "bench-vla-dsrl", "vla_dsrl.py")  # as invoked (args.base is set below)
@@ -132,7 +160,8 @@ def main() -> None:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-vla-dsrl-"))
     workdir.mkdir(parents=True, exist_ok=True)
     config = VLAPolicyConfig(chunk_horizon=H, max_prefix=0)  # bench-vla's defaults
-    env = make_env({c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}, scene_state=False)
+    task = task_config({c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}, scene_state=False)
+    env = PickCubeEnv(task)
     t0 = time.perf_counter()
     bc_record: dict = {"checkpoint": str(args.base)}
     if args.base is None:
@@ -149,13 +178,19 @@ def main() -> None:
     start = {k: v.clone() for k, v in policy.state_dict().items()}
     before = evaluate(env, ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim), args.episodes,
                       args.eval_seed)
-    print(f"BC start: success {before['success']:.2f} {before['per_colour']}", flush=True)
+    zero = evaluate(env, ChunkPolicyRunner(zero_noise(env, config, start), env.observation_spec,
+                                           env.action_spec.dim), args.episodes, args.eval_seed)
+    baseline = max(before["success"], zero["success"])  # the gain is over the better of the two
+    print(f"BC start: success {before['success']:.2f} {before['per_colour']}; from zero noise {zero['success']:.2f} "
+          f"{zero['per_colour']}", flush=True)
 
     runs = []
     for seed in range(args.runs):
         t1 = time.perf_counter()
-        run = dsrl_run(workdir, args.base.resolve(), config, seed, args)
-        trained = run_record(run)
+        run = dsrl_run(workdir, args.base.resolve(), task, config, seed, args)
+        summary = json.loads((run / "summary.json").read_text())
+        trained = {k: summary[k] for k in ("env_steps", "episodes", "success_rate_last_50", "updates",
+                                           "wall_minutes")}
         dsrl = build_policy(load_run_config(run / "config.yaml"), env.observation_spec, env.action_spec)
         ckpt = load_checkpoint(run / "checkpoints" / "latest.pt")
         dsrl.load_state_dict(ckpt.policy_weights)
@@ -163,7 +198,7 @@ def main() -> None:
         after = evaluate(env, ChunkPolicyRunner(dsrl, env.observation_spec, env.action_spec.dim), args.episodes,
                          args.eval_seed)
         runs.append({"seed": seed, "success": after["success"], "per_colour": after["per_colour"],
-                     "gain": round(after["success"] - before["success"], 4), "checkpoint_env_steps": ckpt.env_steps,
+                     "gain": round(after["success"] - baseline, 4), "checkpoint_env_steps": ckpt.env_steps,
                      "training": trained, "vla_unchanged": unchanged,
                      "minutes": round((time.perf_counter() - t1) / 60, 1)})
         print(f"DSRL run {seed}: success {after['success']:.2f} {after['per_colour']} (gain {runs[-1]['gain']:+.2f}; "
@@ -177,6 +212,8 @@ def main() -> None:
                         task="pick_cube_color (language, scene from cameras)", dsrl_success_gain=gain,
                         bc_start={"success": before["success"], "per_colour": before["per_colour"],
                                   "episodes_per_colour": before["episodes_per_colour"], **bc_record},
+                        bc_start_zero_noise={"success": zero["success"], "per_colour": zero["per_colour"]},
+                        gain_over=f"the better of the BC start sampled and from zero noise: {baseline}",
                         runs=runs, minutes=round((time.perf_counter() - t0) / 60, 1),
                         settings={"policy.base": vars(config), "env_steps_per_run": args.env_steps,
                                   "utd_ratio": args.utd, "noise_bound": args.noise_bound,

@@ -70,8 +70,10 @@ class DSRLConfig:
             raise ValueError(f"algo.gamma and algo.tau must be in (0, 1], got {self.gamma}, {self.tau}")
         if not 0 <= self.demo_ratio < 1:
             raise ValueError(f"algo.demo_ratio must be in [0, 1), got {self.demo_ratio}")
-        if self.grad_clip_norm < 0 or self.actor_update_every < 1 or self.actor_warmup < 0:
-            raise ValueError("algo.grad_clip_norm and algo.actor_warmup must be >= 0 and algo.actor_update_every >= 1")
+        if self.grad_clip_norm < 0 or self.actor_update_every < 1:
+            raise ValueError("algo.grad_clip_norm must be >= 0 and algo.actor_update_every >= 1")
+        if self.actor_warmup < 0:
+            raise ValueError(f"algo.actor_warmup must be >= 0, got {self.actor_warmup}")
 
 
 class DSRL:
