@@ -7,8 +7,8 @@
    ``--workdir``; ``--base CKPT`` starts from one saved by an earlier run of this script instead.
 2. Its success on the held-out seeds: vla.py's ``evaluate``, 100 episodes from 900000 (never used while developing),
    sync, the first 5 actions of each 10-action chunk executed.
-3. ``--runs`` runs of the shipped ``robolearn run`` (actor and learner processes, the policy served and the transitions
-   spooled as in any run), seeds 0.. runs-1::
+3. ``--runs`` runs of the shipped ``robolearn run`` (actor and learner processes, the transitions spooled and
+   the weights published as in any run), seeds 0.. runs-1::
 
        robolearn run task=pick_cube_color task.language=true task.scene_state=false task.cameras=[front,wrist]
            task.camera_size=64 task.camera_shadows=false +task.instructions.<colour>=[vla.py's training sentences]
