@@ -98,8 +98,7 @@ def evaluate(env: PickCubeEnv, runner: ChunkPolicyRunner, episodes: int, first_s
     """Success over ``episodes`` episodes seeded from ``first_seed`` (sync, zero inference ticks, EVAL_CHUNKING),
     overall and per asked colour."""
     clock = SimClock(DelaySampler("fixed", ticks=0))
-    cfg = EVAL_CHUNKING
-    executor = ChunkExecutor(SimulatedLatencyClient(runner, clock), env.action_spec, H, cfg)
+    executor = ChunkExecutor(SimulatedLatencyClient(runner, clock), env.action_spec, H, EVAL_CHUNKING)
     loop = EpisodeLoop(env, executor, clock, subscribers=[SeedTorch()])  # the actors' episode loop
     per: dict[str, list[bool]] = {c: [] for c in COLOURS}
     for ep in range(episodes):

@@ -90,8 +90,9 @@ def base_overrides(config: VLAPolicyConfig) -> list[str]:
 
 
 def dsrl_run(workdir: Path, base: Path, task: PickCubeColorConfig, config: VLAPolicyConfig, seed: int,
-             args: argparse.Namespace) -> Path:
-    """One ``robolearn run`` of DSRL from ``base`` for ``args.env_steps`` env steps; its run folder. RuntimeError with
+             args: argparse.Namespace) -> tuple[Path, dict]:
+    """One ``robolearn run`` of DSRL from ``base`` for ``args.env_steps`` env steps; its run folder and its
+    summary.json. RuntimeError with
     the log's tail if it failed, stopped short of its env steps, or ran another task, base or chunk execution than
     the evaluation's."""
     name = f"dsrl-{seed}"
@@ -119,7 +120,7 @@ def dsrl_run(workdir: Path, base: Path, task: PickCubeColorConfig, config: VLAPo
                                        ("actor.chunking", ran.actor.chunking == EVAL_CHUNKING)) if not same]
     if differs:
         raise RuntimeError(f"robolearn run {name} ran another {', '.join(differs)} than the evaluation's")
-    return run
+    return run, summary
 
 
 def zero_noise(env: PickCubeEnv, config: VLAPolicyConfig, weights: dict[str, torch.Tensor]) -> DSRLPolicy:
@@ -154,7 +155,7 @@ def main() -> None:
         ap.error("--runs must be >= 1")
     if args.runs < 3 and args.eval_seed == EVAL_SEED:
         ap.error("--runs must be >= 3 for the figure (a median over runs)")
-    command = run_command(ap, args, "bench-vla-dsrl", "vla_dsrl.py")  # as invoked (args.base is set below)
+    command = run_command(ap, args, "bench-vla-dsrl", "vla_dsrl.py")
     register_builtins()
     torch.set_num_threads(2)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-vla-dsrl-"))
@@ -163,23 +164,26 @@ def main() -> None:
     task = task_config({c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}, scene_state=False)
     env = PickCubeEnv(task)
     t0 = time.perf_counter()
-    bc_record: dict = {"checkpoint": str(args.base)}
-    if args.base is None:
+    def held_out(policy: torch.nn.Module) -> dict:
+        """``policy``'s success on the held-out seeds (vla.py's evaluation)."""
+        return evaluate(env, ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim), args.episodes,
+                        args.eval_seed)
+
+    base = args.base
+    bc_record: dict = {"checkpoint": str(base)}
+    if base is None:
         data = record_demos(env, args.demos, PERTURB)
         policy, bc_record = behaviour_clone(env, data, config, args.base_seed, args.bc_steps, args.batch_size)
         del data
-        args.base = workdir / "bc" / "checkpoints" / "latest.pt"
-        save_checkpoint(args.base, Checkpoint({"actor": policy.state_dict()}, 1, 0, {}, torch.get_rng_state()))
-        print(f"BC start saved to {args.base} (loss {bc_record['final_loss']}, {bc_record['seconds']:.0f} s)",
-              flush=True)
+        base = workdir / "bc" / "checkpoints" / "latest.pt"
+        save_checkpoint(base, Checkpoint({"actor": policy.state_dict()}, 1, 0, {}, torch.get_rng_state()))
+        print(f"BC start saved to {base} (loss {bc_record['final_loss']}, {bc_record['seconds']:.0f} s)", flush=True)
     else:
         policy = VLAPolicy(env.observation_spec, env.action_spec, config)
-        policy.load_state_dict(load_checkpoint(args.base).policy_weights)
+        policy.load_state_dict(load_checkpoint(base).policy_weights)
     start = {k: v.clone() for k, v in policy.state_dict().items()}
-    before = evaluate(env, ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim), args.episodes,
-                      args.eval_seed)
-    zero = evaluate(env, ChunkPolicyRunner(zero_noise(env, config, start), env.observation_spec,
-                                           env.action_spec.dim), args.episodes, args.eval_seed)
+    before = held_out(policy)
+    zero = held_out(zero_noise(env, config, start))
     baseline = max(before["success"], zero["success"])  # the gain is over the better of the two
     print(f"BC start: success {before['success']:.2f} {before['per_colour']}; from zero noise {zero['success']:.2f} "
           f"{zero['per_colour']}", flush=True)
@@ -187,16 +191,15 @@ def main() -> None:
     runs = []
     for seed in range(args.runs):
         t1 = time.perf_counter()
-        run = dsrl_run(workdir, args.base.resolve(), task, config, seed, args)
-        summary = json.loads((run / "summary.json").read_text())
+        run, summary = dsrl_run(workdir, base.resolve(), task, config, seed, args)
         trained = {k: summary[k] for k in ("env_steps", "episodes", "success_rate_last_50", "updates",
                                            "wall_minutes")}
         dsrl = build_policy(load_run_config(run / "config.yaml"), env.observation_spec, env.action_spec)
         ckpt = load_checkpoint(run / "checkpoints" / "latest.pt")
         dsrl.load_state_dict(ckpt.policy_weights)
-        unchanged = all(torch.equal(dsrl.base.state_dict()[k], v) for k, v in start.items())
-        after = evaluate(env, ChunkPolicyRunner(dsrl, env.observation_spec, env.action_spec.dim), args.episodes,
-                         args.eval_seed)
+        frozen = dsrl.base.state_dict()
+        unchanged = all(torch.equal(frozen[k], v) for k, v in start.items())
+        after = held_out(dsrl)
         runs.append({"seed": seed, "success": after["success"], "per_colour": after["per_colour"],
                      "gain": round(after["success"] - baseline, 4), "checkpoint_env_steps": ckpt.env_steps,
                      "training": trained, "vla_unchanged": unchanged,
@@ -218,8 +221,7 @@ def main() -> None:
                         settings={"policy.base": vars(config), "env_steps_per_run": args.env_steps,
                                   "utd_ratio": args.utd, "noise_bound": args.noise_bound,
                                   "actor_warmup": args.actor_warmup, "learner_threads": 2, "execute_horizon": EXECUTE,
-                                  "demos": args.demos,
-                                  "bc_steps": args.bc_steps, "base_seed": args.base_seed,
+                                  "demos": args.demos, "bc_steps": args.bc_steps, "base_seed": args.base_seed,
                                   "eval_seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}",
                                   "workdir": str(workdir)})
     print(f"\ndsrl_success_gain {gain} -> {path}")
