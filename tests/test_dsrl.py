@@ -9,6 +9,7 @@ import torch
 
 from robolearn.checkpoint import Checkpoint, save_checkpoint
 from robolearn.learner.dsrl import DSRL, DSRLConfig
+from robolearn.learner.feature_cache import FeatureCache
 from robolearn.policies.dsrl import DSRLPolicy, DSRLPolicyConfig
 from robolearn.policies.flow_chunk import FlowChunkPolicy, FlowChunkPolicyConfig
 from robolearn.policies.mlp import GaussianChunkPolicy, MLPPolicyConfig
@@ -178,3 +179,24 @@ def test_robolearn_run_steers_a_bc_flow_policy_and_leaves_it_unchanged(tmp_path)
     assert all(torch.equal(learned[f"base.{k}"], v) for k, v in flow.state_dict().items())  # bit for bit
     ev = robolearn(["eval", f"run_dir={run}", "episodes=3"], cwd=tmp_path, timeout=120)
     assert ev.returncode == 0 and "over 3 episodes" in ev.stdout, ev.stdout + ev.stderr
+
+
+def test_the_feature_cache_encodes_each_id_once_and_starts_again_when_full():
+    calls = []
+
+    def encode(obs):
+        calls.append(obs["x"][:, 0].tolist())
+        return obs["x"] * 2
+
+    cache = FeatureCache(encode, capacity=4)
+    x = torch.tensor([[1.0], [2.0], [1.0], [3.0]])  # ids 10, 20, 10, 30: row 2 is row 0 drawn again
+    out = cache({"x": x}, torch.tensor([10, 20, 10, 30]))
+    assert out[:, 0].tolist() == [2.0, 4.0, 2.0, 6.0] and calls == [[1.0, 2.0, 3.0]] and len(cache) == 3
+    assert cache({"x": x[[3, 0]]}, torch.tensor([30, 10]))[:, 0].tolist() == [6.0, 2.0] and len(calls) == 1
+    # two new ids do not fit beside three: the cache starts again with just them
+    out = cache({"x": torch.tensor([[4.0], [5.0]])}, torch.tensor([40, 50]))
+    assert out[:, 0].tolist() == [8.0, 10.0] and len(cache) == 2 and calls[-1] == [4.0, 5.0]
+    assert cache({"x": x[:1]}, torch.tensor([10]))[:, 0].tolist() == [2.0] and calls[-1] == [1.0]
+    assert (cache.encoded, cache.lookups) == (6, 9)
+    with pytest.raises(ValueError, match="at least one row"):
+        FeatureCache(encode, capacity=0)

@@ -236,6 +236,30 @@ def test_dsrl_steers_a_frozen_vla_from_its_own_features_and_never_changes_it(env
                                policy.actions(tensors, w))
 
 
+def test_dsrl_encodes_each_stored_observation_once_and_its_cached_features_are_the_vlas_own(env, demo_buffer,
+                                                                                             tmp_path):
+    buffer, result = demo_buffer
+    vla = tiny_vla(env, seed=2)
+    path = tmp_path / "bc" / "checkpoints" / "latest.pt"
+    save_checkpoint(path, Checkpoint({"actor": vla.state_dict()}, 1, 0, {}, torch.get_rng_state()))
+    policy = DSRLPolicy(env.observation_spec, env.action_spec, DSRLPolicyConfig(
+        base=tiny_config(name="vla"), base_checkpoint=str(path), hidden_dims=[32, 32]))
+    real_encode, encoded = policy.base.encode, []
+    policy.base.encode = lambda o: encoded.append(len(o["state"])) or real_encode(o)  # counts what is really encoded
+    algo = DSRL(policy, DSRLConfig(critic_hidden_dims=[32, 32]))
+    e = policy.base.encoded_dim
+    for _ in range(6):
+        batch = algo.sample_batch(buffer, env.action_spec, 32)
+        for side in ("obs", "next_obs"):  # the features looked up are what encoding the observation again gives (to
+            # float rounding: a row encoded in another batch differs by up to ~1e-6, as re-encoding does anyway)
+            cached = algo.context(batch[side], batch[f"{side}_id"])[:, :e]
+            torch.testing.assert_close(cached, real_encode(batch[side]), rtol=1e-5, atol=1e-5)
+        algo.update(batch)
+    stored = result.frames + result.episodes  # the recorder's count: each frame, and each episode's final observation
+    assert 0 < sum(encoded) == algo.features.encoded <= stored < algo.features.lookups
+    assert sum(encoded) == len(algo.features)
+
+
 def test_a_remote_two_stage_request_is_answered_by_the_servers_head_from_the_mid_observation(env):
     policy = tiny_vla(env, mid_observation=True)
     runner = ChunkPolicyRunner(policy, env.observation_spec, 6)

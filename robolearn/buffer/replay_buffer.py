@@ -132,7 +132,7 @@ class ReplayBuffer:
                mix: dict[str, float] | None = None, age_decay: float | None = None, age_uniform: float = 0.5,
                current_version: int | None = None, success_only: bool = False,
                min_return: float | None = None, min_episode_steps: int = 0,
-               with_info: bool = False) -> dict[str, np.ndarray]:
+               with_info: bool = False, with_ids: bool = False) -> dict[str, np.ndarray]:
         """A batch of windows of ``horizon`` consecutive steps (actions) with ``n_step`` returns.
 
         Who is drawn: ``mix`` gives partition ratios (e.g. ``{"online": 0.5, "demo": 0.5}``; default:
@@ -148,12 +148,14 @@ class ReplayBuffer:
         ``partition`` (B,) of the first step, ``episode_success`` / ``episode_ended`` (B,), and ``labelled``
         (B,): the step is autonomous, in an ended episode, after that episode's last intervention (the
         steps HABC labels with the outcome). Each extra field is another random gather, so plain SAC
-        batches leave them out.
+        batches leave them out. With ``with_ids``: ``obs_id`` and ``next_obs_id`` (B,) int64, ids of the two
+        observations, the same each time one is drawn (``buffer.samplers``, "Observation ids").
         """
         n_step = horizon if n_step is None else n_step
         with self.lock:
             parts = self._sampler.draw(batch_size, horizon, gamma, n_step, mix, age_decay, age_uniform,
-                                       current_version, success_only, min_return, min_episode_steps, with_info)
+                                       current_version, success_only, min_return, min_episode_steps, with_info,
+                                       with_ids)
         return self._sampler.assemble(parts)  # outside the lock (lz4 releases the GIL)
 
     # ============================================================================================

@@ -5,6 +5,11 @@ Contract: every random choice comes from the one ``rng`` given at construction, 
 so restoring its state repeats the batches exactly (the learner's exact resume relies on it). ``draw`` runs
 under the facade's lock and returns per-table batches whose images are still lz4 blocks; ``assemble`` joins
 them and decompresses outside the lock. Steps the online ring overwrote are never returned.
+
+Observation ids (``with_ids``): one int64 per stored observation, the same every time it is drawn and never reused
+while the buffer is open: a step's own observation is its table's code times ``ID_STRIDE`` plus its gid (gids count
+up and are never reused), an episode's final observation ``FINAL_IDS`` plus the episode's index. What is computed
+from an observation alone (a frozen encoder's features) can be kept by its id.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ from robolearn.buffer.tables import PARTITIONS, StepIndex, StepTable, table_of
 from robolearn.transition import OBS_PREFIX
 
 Picks = list[tuple[str, np.ndarray]]  # (partition, drawn gids of its table)
+TABLE_CODES = {"online": 0, "demo": 1}
+ID_STRIDE = 1 << 40                        # more steps than a table will ever hold
+FINAL_IDS = len(TABLE_CODES) * ID_STRIDE   # episodes' final observations: FINAL_IDS + episode index
 
 
 class NotEnoughData(Exception):
@@ -35,7 +43,8 @@ class Sampler:
 
     def draw(self, batch_size: int, horizon: int, gamma: float, n_step: int, mix: dict[str, float] | None,
              age_decay: float | None, age_uniform: float, current_version: int | None, success_only: bool,
-             min_return: float | None, min_episode_steps: int, with_info: bool) -> list[dict]:
+             min_return: float | None, min_episode_steps: int, with_info: bool,
+             with_ids: bool = False) -> list[dict]:
         """One batch per table drawn from (see ``ReplayBuffer.sample`` for the arguments)."""
         if success_only or min_return is not None or min_episode_steps:
             picks = self._pick_filtered(batch_size, success_only, min_return, min_episode_steps)
@@ -50,7 +59,7 @@ class Sampler:
             gids = np.concatenate([g for _, g in items]) if len(items) > 1 else items[0][1]
             codes = np.concatenate([np.full(len(g), PARTITIONS.index(p), np.uint8) for p, g in items]) \
                 if with_info else None
-            parts.append(self._gather(self.index.tables[name], gids, codes, horizon, n_step, gamma))
+            parts.append(self._gather(name, gids, codes, horizon, n_step, gamma, with_ids))
         return parts
 
     def assemble(self, parts: list[dict]) -> dict[str, np.ndarray]:
@@ -179,10 +188,12 @@ class Sampler:
 
     # ============================================================================================
     # what a draw gathers
-    def _gather(self, table: StepTable, start: np.ndarray, part_codes: np.ndarray | None, horizon: int,
-                n_step: int, gamma: float) -> dict:
-        """Assemble a batch from ``start`` steps of one table; ``part_codes`` given: add the info fields."""
+    def _gather(self, table_name: str, start: np.ndarray, part_codes: np.ndarray | None, horizon: int,
+                n_step: int, gamma: float, with_ids: bool = False) -> dict:
+        """Assemble a batch from ``start`` steps of one table; ``part_codes`` given: add the info fields;
+        ``with_ids``: ``obs_id`` and ``next_obs_id`` (B,) int64, the observation ids (module docstring)."""
         index = self.index
+        table = index.tables[table_name]
         cols = table.cols
         b = len(start)
         ss = table.slot(start)
@@ -214,6 +225,11 @@ class Sampler:
         ends = np.flatnonzero(~has_succ)
         ep_of_last = cols["episode_key"][ls[ends]]
         next_rows = table.block[succ_slot] if rows is not None else None
+        if with_ids:
+            base = TABLE_CODES[table_name] * ID_STRIDE
+            out["obs_id"] = base + start
+            out["next_obs_id"] = base + np.where(has_succ, nxt, last)
+            out["next_obs_id"][ends] = FINAL_IDS + ep_of_last
         for k in index.vec_keys:
             name = f"{OBS_PREFIX}{k}"
             if rows is not None and name in table.layout:

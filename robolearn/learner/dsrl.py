@@ -12,8 +12,11 @@ The critic scores executed actions, not noise: transitions need no record of the
 demonstration and intervention steps (RLPD's ``demo_ratio``) are scored like any other. F's parameters are outside
 every optimiser and get no gradient; only pi_W and the critics learn, so the flow policy's weights stay
 bit-identical. s enters pi_W and the critic as the policy's normalised context c(s) (``DSRLPolicy.context``: the
-state, or for a VLA base its frozen trunk features beside the state). The critic ensemble, target, temperature and
-optimiser step are SAC's (``learner.sac``).
+state, or for a VLA base its frozen trunk features beside the state). A VLA's features of a stored observation are
+computed once and kept by the buffer's observation id (``learner.feature_cache``; ``algo.feature_cache`` rows): the
+base is frozen, so they never change, and encoding the batch's observations and next observations (two cameras and
+the words each) was most of an update's time. The critic ensemble, target, temperature and optimiser step are SAC's
+(``learner.sac``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import torch
 from robolearn.buffer.replay_buffer import ReplayBuffer
 from robolearn.checkpoint import load_checkpoint
 from robolearn.learner.device import module_device
+from robolearn.learner.feature_cache import FeatureCache
 from robolearn.learner.sac import (
     Temperature,
     actor_step,
@@ -61,6 +65,7 @@ class DSRLConfig:
                                    # through F would move the noise away from where the frozen policy works
     demo_ratio: float = 0.0        # RLPD: share of each batch from demo + intervention steps (when any)
     grad_clip_norm: float = 0.0
+    feature_cache: int = 200_000   # a VLA base's features kept per stored observation (rows; 0: encode every draw)
 
     def __post_init__(self) -> None:
         if self.num_critics < 2 or not 1 <= self.critic_subset <= self.num_critics:
@@ -72,8 +77,9 @@ class DSRLConfig:
             raise ValueError(f"algo.demo_ratio must be in [0, 1), got {self.demo_ratio}")
         if self.grad_clip_norm < 0 or self.actor_update_every < 1:
             raise ValueError("algo.grad_clip_norm must be >= 0 and algo.actor_update_every >= 1")
-        if self.actor_warmup < 0:
-            raise ValueError(f"algo.actor_warmup must be >= 0, got {self.actor_warmup}")
+        if self.actor_warmup < 0 or self.feature_cache < 0:
+            raise ValueError(f"algo.actor_warmup and algo.feature_cache must be >= 0, got {self.actor_warmup}, "
+                             f"{self.feature_cache}")
 
 
 class DSRL:
@@ -106,12 +112,22 @@ class DSRL:
         self.generator = torch.Generator().manual_seed(seed)
         self.num_updates = 0
         self._last_actor_metrics: dict[str, float] = {}
+        # only a base that reads more than the state has features worth keeping (a flow base's context is the state)
+        self.features = FeatureCache(policy.base.encode, config.feature_cache) \
+            if policy.reads_more and config.feature_cache else None
 
     def sample_batch(self, buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: int) -> dict[str, torch.Tensor]:
         """SAC's H-step windows: obs (B, S), action (B, H * A), reward (B,), discount (B,), next_obs; obs and next_obs
-        are dicts of every observation the base reads when that is more than the state (a VLA's)."""
+        are dicts of every observation the base reads when that is more than the state (a VLA's), with their buffer
+        ids obs_id and next_obs_id (B,) when the features are cached."""
         return sample_windows(buffer, action_spec, batch_size, self.actor.horizon, self.cfg.gamma, self.cfg.demo_ratio,
-                              keys=self.actor.observation_keys[1:])
+                              keys=self.actor.observation_keys[1:], with_ids=self.features is not None)
+
+    def context(self, obs: Observation, ids: torch.Tensor | None) -> torch.Tensor:
+        """c(s) (B, C), the base's features looked up by the observations' buffer ids when cached."""
+        if self.features is None or ids is None:
+            return self.actor.context(obs)
+        return torch.cat([self.features(obs, ids), obs["state"]], dim=-1)
 
     def policy_actions(self, obs: Observation, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """a = F(s, w), w ~ pi_W(c(s)): the chunk (B, H * A) and log pi_W(w|s) (B,), differentiable in pi_W."""
@@ -119,10 +135,10 @@ class DSRL:
         return self.actor.actions(obs, noise, context=context).flatten(1), log_prob
 
     @torch.no_grad()
-    def td_target(self, reward: torch.Tensor, discount: torch.Tensor, next_obs: Observation,
+    def td_target(self, reward: torch.Tensor, discount: torch.Tensor, next_obs: Observation, context: torch.Tensor,
                   alpha: float) -> torch.Tensor:
-        """y (B,) = r + discount * (min over a random subset of Q'(s', F(s', w')) - alpha log pi_W(w'|s'))."""
-        context = self.actor.context(next_obs)
+        """y (B,) = r + discount * (min over a random subset of Q'(s', F(s', w')) - alpha log pi_W(w'|s')), with
+        ``context`` c(s') (B, C)."""
         next_action, next_log_prob = self.policy_actions(next_obs, context)
         target_q = subset_min(self.critic_target(self.actor.normalise(context), next_action), self.cfg.critic_subset,
                               self.generator)
@@ -134,11 +150,11 @@ class DSRL:
         obs, action, reward, discount, next_obs = (
             batch["obs"], batch["action"], batch["reward"], batch["discount"], batch["next_obs"])
         alpha = self.temperature.alpha
-        context = self.actor.context(obs)
+        context = self.context(obs, batch.get("obs_id"))
         self.actor.normalise.update(context)  # pi_W's running statistics; the base's are frozen with it
 
         feat = self.actor.normalise(context)
-        y = self.td_target(reward, discount, next_obs, alpha)
+        y = self.td_target(reward, discount, next_obs, self.context(next_obs, batch.get("next_obs_id")), alpha)
         metrics = critic_step(self.critic_opt, self._critic_params, self.critic, self.critic_target, feat, action, y,
                               self.cfg.tau, self.cfg.grad_clip_norm)
         self.num_updates += 1

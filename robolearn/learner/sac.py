@@ -180,26 +180,31 @@ def optimiser_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, params:
 def sample_windows(buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: int, horizon: int, gamma: float,
                    demo_ratio: float, keys: tuple[str, ...] | list[str] = (),
                    image_shift_pad: int = 0, with_offline: bool = False,
-                   n_step: int | None = None) -> dict[str, torch.Tensor]:
+                   n_step: int | None = None, with_ids: bool = False) -> dict[str, torch.Tensor]:
     """One batch of H-step windows (RLPD: ``demo_ratio`` of it from demo and intervention steps, pooled by size, the
     rest online; all online while there are none): obs (B, D), action (B, H * A) in [-1, 1], reward (B,) n-step
     return (n = H unless ``n_step``), discount (B,) gamma^n or 0 after termination, next_obs (B, D) n steps on
     (or the episode's final observation when it ends sooner). With ``keys`` (cameras, an instruction) obs and
     next_obs are {"state": (B, D), key: (B, ...)}, each camera frame (uint8 (B, H, W, 3)) shifted by up to
     ``image_shift_pad`` pixels with the replay generator. ``with_offline``: also ``offline`` (B,) bool, the row is a
-    demo or intervention step."""
+    demo or intervention step. ``with_ids``: also ``obs_id`` and ``next_obs_id`` (B,) int64, the buffer's ids of the
+    two observations (the same each time one is drawn)."""
     sizes = buffer.partition_sizes()
     offline = sizes["demo"] + sizes["intervention"]
     mix = None
     if demo_ratio > 0 and offline:
         mix = {"online": 1 - demo_ratio, "demo": demo_ratio * sizes["demo"] / offline,
                "intervention": demo_ratio * sizes["intervention"] / offline}
-    drawn = buffer.sample(batch_size, horizon=horizon, gamma=gamma, n_step=n_step, mix=mix, with_info=with_offline)
+    drawn = buffer.sample(batch_size, horizon=horizon, gamma=gamma, n_step=n_step, mix=mix, with_info=with_offline,
+                          with_ids=with_ids)
     action = action_spec.to_normalised(drawn["action"]).reshape(len(drawn["action"]), -1)
     batch = {"action": torch.from_numpy(action), "reward": torch.from_numpy(drawn["reward"]),
              "discount": torch.from_numpy(drawn["discount"])}
     if with_offline:
         batch["offline"] = torch.from_numpy(drawn["partition"] != PARTITIONS.index("online"))
+    if with_ids:
+        for side in ("obs", "next_obs"):
+            batch[f"{side}_id"] = torch.from_numpy(drawn[f"{side}_id"])
     for side in ("obs", "next_obs"):
         state = torch.from_numpy(drawn[f"{side}.state"])
         if not keys:

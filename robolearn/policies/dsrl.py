@@ -69,7 +69,7 @@ class DSRLPolicy(nn.Module):
         self.base = BASES[config.base.name](obs_spec, action_spec, config.base).requires_grad_(False).eval()
         self.horizon, self.action_dim, self.obs_dim = self.base.horizon, self.base.action_dim, self.base.obs_dim
         self.observation_keys = tuple(getattr(self.base, "observation_keys", ("state",)))
-        self._reads_more = self.observation_keys != ("state",)
+        self.reads_more = self.observation_keys != ("state",)
         noise_dim = self.horizon * self.action_dim
         noise_spec = ActionSpec(ArraySpec((noise_dim,), low=(-1.0,) * noise_dim, high=(1.0,) * noise_dim))
         self.noise_actor = GaussianChunkPolicy(self._context_spec(obs_spec), noise_spec, MLPPolicyConfig(
@@ -80,7 +80,7 @@ class DSRLPolicy(nn.Module):
     def _context_spec(self, obs_spec: ObservationSpec) -> ObservationSpec:
         """What pi_W and the critic read: the state, or [e(s); s] for a base that reads more (e unbounded: its
         elements are standardised by running statistics)."""
-        if not self._reads_more:
+        if not self.reads_more:
             return obs_spec
         state = state_vector_spec(obs_spec)
         e = self.base.encoded_dim
@@ -96,7 +96,7 @@ class DSRLPolicy(nn.Module):
     @torch.no_grad()
     def context(self, obs: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
         """c(s) (B, C): the raw state (B, S), or [e(s); s] with e the frozen base's trunk features."""
-        if not self._reads_more:
+        if not self.reads_more:
             return obs if isinstance(obs, torch.Tensor) else obs["state"]
         return torch.cat([self.base.encode(obs), obs["state"]], dim=-1)
 
@@ -131,7 +131,7 @@ class DSRLPolicy(nn.Module):
         """a = F(s, w): the base's chunk (B, H, A) from ``noise``, differentiable in it. ``context``: c(s) when it
         was computed already; for a base that reads more than the state its first columns are the base's condition
         e(s), which is then not encoded again (the VLA's words and frames: most of the cost)."""
-        if context is not None and self._reads_more:
+        if context is not None and self.reads_more:
             return self.base.chunk_from_condition(context[:, :self.base.encoded_dim], noise, prefix, prefix_len)
         return self.base.chunk_from_noise(obs, noise, prefix, prefix_len)
 
