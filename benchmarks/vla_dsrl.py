@@ -21,7 +21,8 @@
    each for ``--env-steps`` env steps, every one of them counted in the budget (the episodes the noise policy explores
    in, there are no others): the actor executes chunks as the evaluation does.
 4. Each run's last checkpoint on the same held-out seeds, the noise policy's mean (no exploration), the VLA unchanged
-   (its weights are compared with the BC start's, tensor by tensor).
+   (its weights are compared with the BC start's, tensor by tensor). The figures so far go to
+   ``<workdir>/progress.json`` as each run ends; the results file is written once all runs have.
 
 The BC start is evaluated twice: as the VLA serves itself (its flow from sampled noise) and from zero noise (through
 DSRL's serving with the noise policy's mean held at 0: where a run's deterministic evaluation starts before it
@@ -160,6 +161,7 @@ def main() -> None:
     torch.set_num_threads(2)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-vla-dsrl-"))
     workdir.mkdir(parents=True, exist_ok=True)
+    print(f"work folder: {workdir} (the BC start, each run, progress.json)", flush=True)
     config = VLAPolicyConfig(chunk_horizon=H, max_prefix=0)  # bench-vla's defaults
     task = task_config({c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}, scene_state=False)
     env = PickCubeEnv(task)
@@ -206,6 +208,9 @@ def main() -> None:
                      "minutes": round((time.perf_counter() - t1) / 60, 1)})
         print(f"DSRL run {seed}: success {after['success']:.2f} {after['per_colour']} (gain {runs[-1]['gain']:+.2f}; "
               f"{trained}; VLA unchanged: {unchanged}; {runs[-1]['minutes']} min)", flush=True)
+        # kept as each run ends: a later run that fails leaves the earlier ones' figures (not a result: fewer runs)
+        (workdir / "progress.json").write_text(json.dumps({"command": command, "bc_start": before,
+                                                           "bc_start_zero_noise": zero, "runs": runs}, indent=1))
         if not unchanged:
             raise RuntimeError(f"DSRL run {seed} changed the VLA's weights")
     env.close()
