@@ -82,9 +82,11 @@ def run_command(ap: argparse.ArgumentParser, args: argparse.Namespace, make_targ
     return f"python benchmarks/{script} {' '.join(options)}" if options else f"make {make_target}"
 
 
-def write_result(name: str, command: str, goals: list[dict], **details) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+def write_result(name: str, command: str, goals: list[dict], folder: Path = RESULTS, **details) -> Path:
+    """``<folder>/<name>.json``: the committed results folder, or another one for a development run (one on seeds
+    used while developing must not replace the figure)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
     path.write_text(json.dumps({"benchmark": name, "command": command, "commit": COMMIT, "goals": goals,
                                 "machine": machine(), **details}, indent=2) + "\n")
     return path

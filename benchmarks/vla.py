@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -43,7 +44,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import goal, run_command, spread, write_result  # noqa: E402
+from common import RESULTS, goal, run_command, spread, write_result  # noqa: E402
 
 from robolearn.actor.chunking import ChunkExecutor, ChunkingConfig  # noqa: E402
 from robolearn.actor.episode import EpisodeLoop, SeedTorch  # noqa: E402
@@ -180,7 +181,8 @@ def main() -> None:
                     help="fraction of demos with a perturbation burst")
     ap.add_argument("--decoy", type=float, default=PERTURB.decoy,
                     help="fraction of demos that start with a decoy: the expert's plan for another cube")
-    ap.add_argument("--eval-seed", type=int, default=EVAL_SEED, help="first evaluation seed (development: 50000)")
+    ap.add_argument("--eval-seed", type=int, default=EVAL_SEED, help="first evaluation seed (development: 50000; "
+                    "the results file then goes to a work folder, not benchmarks/results)")
     ap.add_argument("--camera-encoder", choices=sorted(CAMERA_ENCODERS | CONDITIONED), default="conv",
                     help="policy.camera_encoder (robolearn.policies.vla)")
     ap.add_argument("--text-encoder", choices=sorted(TEXT_ENCODERS), default="word_vectors",
@@ -231,7 +233,10 @@ def main() -> None:
     goals = [goal("vla_success", success["median"], ">=", 0.8),
              goal("vla_paraphrase_success", para["median"], ">=", 0.7)]  # dsrl_success_gain: vla_dsrl.py
     scene = "scene from cameras" if args.scene == "cameras" else "cube poses in the state too"
-    path = write_result("vla", command, goals, task=f"pick_cube_color (language, {scene})",
+    # a development run (other seeds) must not replace the committed figure
+    folder = RESULTS if args.eval_seed == EVAL_SEED else Path(tempfile.mkdtemp(prefix="bench-vla-dev-"))
+    path = write_result("vla", command, folder=folder,
+                        goals=goals, task=f"pick_cube_color (language, {scene})",
                         success=success, success_per_colour=per_colour, paraphrase_success=para,
                         paraphrase_success_per_colour=para_colour, vla_inference_ms=latency, runs=results, bc=bc,
                         parameters=sum(p.numel() for p in policies[0].parameters()),
