@@ -121,12 +121,18 @@ def compose(config_name: str = "config", overrides: list[str] | None = None) -> 
 
 def _hydra_message(exc: Exception) -> str:
     """Hydra's multi-line report as one line: what it refused, why (its cause), and the key."""
-    parts = [re.sub(r"To append to your config use \S+", "", str(exc).split("Config search path")[0])]
+    # hydra's "To append to your config use +<the override>" line: wrong for a field the dataclass lacks (a typo), and
+    # the override in it may hold spaces; a key new to a map field gets its own hint below
+    parts = [re.sub(r"To append to your config use [^\n]*", "", str(exc).split("Config search path")[0])]
     cause = exc.__cause__
     if cause is not None:
-        parts.append((getattr(cause, "msg", None) or str(cause)).splitlines()[0])
-        if getattr(cause, "full_key", None):
-            parts.append(f"(key {cause.full_key})")
+        reason = (getattr(cause, "msg", None) or str(cause)).splitlines()[0]
+        parts.append(reason)
+        key = getattr(cause, "full_key", None)
+        if key:
+            parts.append(f"(key {key})")
+            if "is not in struct" in reason and "." in key:  # a map field (e.g. task.instructions): new keys need +
+                parts.append(f"{key.rsplit('.', 1)[0]} takes a new key with a leading +: '+{key}=...'")
     return " ".join(" ".join(p.split()) for p in parts)
 
 

@@ -49,6 +49,18 @@ def test_cli_rejects_unknown_key_and_unknown_option_at_start(tmp_path):
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("config.yaml"))
 
 
+def test_a_new_key_of_a_map_field_is_refused_with_the_plus_it_needs_and_a_typo_without_it():
+    from robolearn.config import compose
+
+    with pytest.raises(ConfigError, match=r"takes a new key with a leading \+: '\+task\.instructions\.red=\.\.\.'"):
+        compose(overrides=["task=pick_cube_color", 'task.instructions={red:["grab it"]}'])
+    with pytest.raises(ConfigError) as typo:
+        compose(overrides=["task=pick_cube_color", "task.bogus=1"])
+    assert "task.bogus" in str(typo.value) and "+" not in str(typo.value)  # a typo is not to be appended
+    cfg = compose(overrides=["task=pick_cube_color", '+task.instructions.red=["grab it"]'])
+    assert list(cfg.task.instructions.red) == ["grab it"]
+
+
 def test_resume_of_a_missing_run_says_so(tmp_path):
     r = robolearn(["run", "run_name=ghost", "resume=true"], cwd=tmp_path, timeout=60)
     assert r.returncode == 2 and "holds no run" in r.stderr
