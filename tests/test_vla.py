@@ -98,6 +98,16 @@ def test_with_language_the_colour_is_asked_in_words_and_not_in_the_state(env):
         PickCubeColorConfig(language=True, instructions={"red": ["very " * 30]})
 
 
+@pytest.mark.parametrize("encoder, features, match", [
+    ("film_keypoints", 15, "camera_features must be even"), ("keypoints", 15, "camera_features must be even"),
+    ("resnet", 16, "camera_encoder must be one of"),
+])
+def test_a_camera_encoder_setting_that_cannot_be_built_is_named(encoder, features, match):
+    with pytest.raises(ValueError, match=match):
+        VLAPolicyConfig(camera_encoder=encoder, camera_features=features)
+    assert VLAPolicyConfig(camera_encoder="conv", camera_features=15).camera_features == 15  # a CNN takes any width
+
+
 def test_the_vla_is_refused_by_name_without_an_instruction_or_a_camera_and_two_stage_by_the_online_learners():
     cfg = validate(compose("config", ["task=pick_cube_color", "task.cameras=[front]", "policy=vla"]))
     with pytest.raises(ConfigError, match="text observation 'instruction'.*task.language=true"):

@@ -62,6 +62,7 @@ def film_keypoints(height: int, width: int, features: int, text_features: int) -
 
 CAMERA_ENCODERS = {"conv": CameraEncoder, "keypoints": keypoints}   # (height, width, features)
 CONDITIONED = {"film_keypoints": film_keypoints}                    # the same and the instruction's width T
+PAIRED_FEATURES = {"keypoints", "film_keypoints"}                   # an x and a y per keypoint: even camera_features
 TEXT_ENCODERS = {"word_vectors": word_vectors, "minilm": minilm}     # loaders of frozen (width, encode(texts, W))
 
 
@@ -98,7 +99,7 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
         if self.camera_encoder not in CAMERA_ENCODERS | CONDITIONED:
             raise ValueError(f"policy.camera_encoder must be one of {sorted(CAMERA_ENCODERS | CONDITIONED)}, got "
                              f"{self.camera_encoder!r}")
-        if self.camera_encoder.endswith("keypoints") and self.camera_features % 2:
+        if self.camera_encoder in PAIRED_FEATURES and self.camera_features % 2:
             raise ValueError(f"policy.camera_features must be even with keypoints (x and y each), got "
                              f"{self.camera_features}")
         if self.image_shift_pad < 0:
