@@ -198,5 +198,8 @@ def test_the_feature_cache_encodes_each_id_once_and_starts_again_when_full():
     assert out[:, 0].tolist() == [8.0, 10.0] and len(cache) == 2 and calls[-1] == [4.0, 5.0]
     assert cache({"x": x[:1]}, torch.tensor([10]))[:, 0].tolist() == [2.0] and calls[-1] == [1.0]
     assert (cache.encoded, cache.lookups) == (6, 9)
+    # a batch of kept and new ids that does not fit: all of it encoded again, none of it lost
+    out = cache({"x": torch.tensor([[5.0], [6.0], [7.0], [1.0]])}, torch.tensor([50, 60, 70, 10]))
+    assert out[:, 0].tolist() == [10.0, 12.0, 14.0, 2.0] and calls[-1] == [1.0, 5.0, 6.0, 7.0] and len(cache) == 4
     with pytest.raises(ValueError, match="at least one row"):
         FeatureCache(encode, capacity=0)

@@ -100,22 +100,28 @@ def test_observation_ids_name_one_observation_each_and_the_same_one_on_every_dra
     observation in buffer_data is unique): both tables (their gids both start at 0), episode ends, a ring that
     overwrote itself."""
     buf = _buf(tmp_path, seed=4, capacity=24)
-    for ep in range(3):
-        buf.add("r", batch(ep, 0, 8, end="terminated" if ep % 2 else "truncated"))
-    buf.add("r", batch(9, 0, 4))  # 28 online steps in a ring of 24: episode 0's first 4 are gone
-    buf.add("demo", batch(7, 0, 6, end="terminated", success=True), partition="demo")
     content: dict[int, tuple] = {}
-    for horizon in (1, 3):
-        b = buf.sample(512, horizon=horizon, with_ids=True)
-        for side in ("obs", "next_obs"):
-            for i, state, front in zip(b[f"{side}_id"].tolist(), b[f"{side}.state"], b[f"{side}.front"]):
-                seen = (*state.tolist(), front.tobytes())
-                assert content.setdefault(i, seen) == seen, f"id {i} named two observations"
+
+    def draw() -> None:
+        for horizon in (1, 3):
+            b = buf.sample(512, horizon=horizon, with_ids=True)
+            for side in ("obs", "next_obs"):
+                for i, state, front in zip(b[f"{side}_id"].tolist(), b[f"{side}.state"], b[f"{side}.front"]):
+                    seen = (*state.tolist(), front.tobytes())
+                    assert content.setdefault(i, seen) == seen, f"id {i} named two observations"
+
+    for ep in range(2):
+        buf.add("r", batch(ep, 0, 8, end="terminated" if ep % 2 else "truncated"))
+    buf.add("demo", batch(7, 0, 6, end="terminated", success=True), partition="demo")
+    draw()  # before the ring wraps, and again after: an id must not move to the step that took a slot over
+    buf.add("r", batch(2, 0, 8, end="terminated"))
+    buf.add("r", batch(9, 0, 4))  # 28 online steps in a ring of 24: episode 0's first 4 are gone
+    draw()
     assert len(set(content.values())) == len(content), "one observation drawn under two ids"
-    steps = {(ep, s) for ep in range(3) for s in range(8)} - {(0, s) for s in range(4)} | {(9, s) for s in range(4)}
+    steps = {(ep, s) for ep in range(3) for s in range(8)} | {(9, s) for s in range(4)}
     finals = {(0, 8), (1, 8), (2, 8), (7, 6)}
     demo = {(7, s) for s in range(6)}
-    assert {v[:2] for v in content.values()} == steps | finals | demo  # each drawn (1,024 draws of 34)
+    assert {v[:2] for v in content.values()} == steps | finals | demo  # each drawn (1,024 draws of 22, then 34)
     assert {v[:2] for i, v in content.items() if i >= FINAL_IDS} == finals
 
 

@@ -211,13 +211,19 @@ def test_recorded_instructions_come_back_as_the_observation_and_habc_trains_the_
     assert "observation" not in state_only
 
 
-def test_dsrl_steers_a_frozen_vla_from_its_own_features_and_never_changes_it(env, demo_buffer, tmp_path):
-    buffer, _ = demo_buffer
-    vla = tiny_vla(env, seed=1)
+def dsrl_on_a_tiny_vla(env, tmp_path, seed: int) -> tuple[VLAPolicy, DSRLPolicy]:
+    """A tiny VLA saved as a BC run's checkpoint, and policy=dsrl with it as the frozen base (not loaded yet: DSRL
+    loads it)."""
+    vla = tiny_vla(env, seed=seed)
     path = tmp_path / "bc" / "checkpoints" / "latest.pt"
     save_checkpoint(path, Checkpoint({"actor": vla.state_dict()}, 1, 0, {}, torch.get_rng_state()))
-    policy = DSRLPolicy(env.observation_spec, env.action_spec, DSRLPolicyConfig(
+    return vla, DSRLPolicy(env.observation_spec, env.action_spec, DSRLPolicyConfig(
         base=tiny_config(name="vla"), base_checkpoint=str(path), hidden_dims=[32, 32]))
+
+
+def test_dsrl_steers_a_frozen_vla_from_its_own_features_and_never_changes_it(env, demo_buffer, tmp_path):
+    buffer, _ = demo_buffer
+    vla, policy = dsrl_on_a_tiny_vla(env, tmp_path, seed=1)
     algo = DSRL(policy, DSRLConfig(critic_hidden_dims=[32, 32]))
     frozen = {k: v.clone() for k, v in vla.state_dict().items()}
     assert all(torch.equal(v, frozen[k]) for k, v in policy.base.state_dict().items())  # loaded
@@ -249,11 +255,7 @@ def test_dsrl_steers_a_frozen_vla_from_its_own_features_and_never_changes_it(env
 def test_dsrl_encodes_each_stored_observation_once_and_its_cached_features_are_the_vlas_own(env, demo_buffer,
                                                                                              tmp_path):
     buffer, result = demo_buffer
-    vla = tiny_vla(env, seed=2)
-    path = tmp_path / "bc" / "checkpoints" / "latest.pt"
-    save_checkpoint(path, Checkpoint({"actor": vla.state_dict()}, 1, 0, {}, torch.get_rng_state()))
-    policy = DSRLPolicy(env.observation_spec, env.action_spec, DSRLPolicyConfig(
-        base=tiny_config(name="vla"), base_checkpoint=str(path), hidden_dims=[32, 32]))
+    _, policy = dsrl_on_a_tiny_vla(env, tmp_path, seed=2)
     real_encode, encoded = policy.base.encode, []
     policy.base.encode = lambda o: encoded.append(len(o["state"])) or real_encode(o)  # counts what is really encoded
     algo = DSRL(policy, DSRLConfig(critic_hidden_dims=[32, 32]))

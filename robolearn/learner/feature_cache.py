@@ -7,8 +7,9 @@ observation is drawn, never reused while the buffer is open. Rows whose id the c
 are encoded (each distinct id once, however often it occurs in the batch) and kept. This is exact only because the
 encoder never changes (a frozen base in eval mode: no dropout, no augmentation): the cached row is what encoding the
 observation again would give. When holding the new rows would pass ``capacity`` the cache starts again empty (a
-long run's early steps are rarely drawn again once the ring has moved on). ``encoded`` counts the rows encoded so
-far, ``lookups`` the rows asked for.
+long run's early steps are rarely drawn again once the ring has moved on). It lives in the learner's memory only
+(not in checkpoints): after a restart rows are encoded again, equal to float rounding. ``encoded`` counts the rows
+encoded so far, ``lookups`` the rows asked for.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ class FeatureCache:
         self.lookups += len(keys)
         missing = np.fromiter((k not in self._row for k in keys.tolist()), bool, len(keys))
         if missing.any():
+            if len(self._row) + len(np.unique(keys[missing])) > self.capacity:
+                self._row.clear()  # start again, before the lookup: this batch's rows are all encoded now
+                missing[:] = True
             new, first = np.unique(keys[missing], return_index=True)
             at = torch.as_tensor(np.flatnonzero(missing)[first], device=ids.device)
             self._keep(new, self.encode({k: v[at] for k, v in obs.items()}))
@@ -49,8 +53,6 @@ class FeatureCache:
         return self._store[rows]
 
     def _keep(self, ids: np.ndarray, features: torch.Tensor) -> None:
-        if len(self._row) + len(ids) > self.capacity:
-            self._row.clear()
         start = len(self._row)
         need = start + len(ids)
         if self._store is None or need > len(self._store):  # grow by doubling, up to the capacity
