@@ -92,6 +92,14 @@ def make_env(instructions: dict[str, list[str]], scene_state: bool) -> PickCubeE
     return PickCubeEnv(task_config(instructions, scene_state))
 
 
+def results_folder(eval_seed: int, workdir: Path | None = None) -> Path:
+    """Where the results file goes: benchmarks/results for the held-out seeds; a development run (other seeds) must
+    not replace the committed figure, so its file goes to ``workdir`` (default: a new temporary folder)."""
+    if eval_seed == EVAL_SEED:
+        return RESULTS
+    return workdir or Path(tempfile.mkdtemp(prefix="bench-vla-dev-"))
+
+
 EVAL_CHUNKING = ChunkingConfig(mode="sync", splice="replace", max_prefix=0, execute_horizon=EXECUTE)
 
 
@@ -233,9 +241,7 @@ def main() -> None:
     goals = [goal("vla_success", success["median"], ">=", 0.8),
              goal("vla_paraphrase_success", para["median"], ">=", 0.7)]  # dsrl_success_gain: vla_dsrl.py
     scene = "scene from cameras" if args.scene == "cameras" else "cube poses in the state too"
-    # a development run (other seeds) must not replace the committed figure
-    folder = RESULTS if args.eval_seed == EVAL_SEED else Path(tempfile.mkdtemp(prefix="bench-vla-dev-"))
-    path = write_result("vla", command, folder=folder,
+    path = write_result("vla", command, folder=results_folder(args.eval_seed),
                         goals=goals, task=f"pick_cube_color (language, {scene})",
                         success=success, success_per_colour=per_colour, paraphrase_success=para,
                         paraphrase_success_per_colour=para_colour, vla_inference_ms=latency, runs=results, bc=bc,

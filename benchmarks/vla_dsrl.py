@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import RESULTS, ROBOLEARN, goal, run_command, spread, write_result  # noqa: E402
+from common import ROBOLEARN, goal, run_command, spread, write_result  # noqa: E402
 from vla import (  # noqa: E402
     COLOURS,
     EVAL_CHUNKING,
@@ -56,6 +56,7 @@ from vla import (  # noqa: E402
     behaviour_clone,
     evaluate,
     record_demos,
+    results_folder,
     task_config,
 )
 
@@ -217,8 +218,7 @@ def main() -> None:
     env.close()
 
     gain = spread([r["gain"] for r in runs], 4)
-    # a development run (other seeds) must not replace the committed figure
-    path = write_result("vla_dsrl", command, folder=RESULTS if args.eval_seed == EVAL_SEED else workdir,
+    path = write_result("vla_dsrl", command, folder=results_folder(args.eval_seed, workdir),
                         goals=[goal("dsrl_success_gain", gain["median"], ">=", 0.15)],
                         task="pick_cube_color (language, scene from cameras)", dsrl_success_gain=gain,
                         bc_start={"success": before["success"], "per_colour": before["per_colour"],

@@ -125,9 +125,8 @@ class DSRL:
 
     def context(self, obs: Observation, ids: torch.Tensor | None) -> torch.Tensor:
         """c(s) (B, C), the base's features looked up by the observations' buffer ids when cached."""
-        if self.features is None or ids is None:
-            return self.actor.context(obs)
-        return torch.cat([self.features(obs, ids), obs["state"]], dim=-1)
+        kept = self.features(obs, ids) if self.features is not None and ids is not None else None
+        return self.actor.context(obs, kept)
 
     def policy_actions(self, obs: Observation, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """a = F(s, w), w ~ pi_W(c(s)): the chunk (B, H * A) and log pi_W(w|s) (B,), differentiable in pi_W."""

@@ -43,10 +43,11 @@ class FeatureCache:
         self.lookups += len(keys)
         missing = np.fromiter((k not in self._row for k in keys.tolist()), bool, len(keys))
         if missing.any():
-            if len(self._row) + len(np.unique(keys[missing])) > self.capacity:
+            new, first = np.unique(keys[missing], return_index=True)
+            if len(self._row) + len(new) > self.capacity:
                 self._row.clear()  # start again, before the lookup: this batch's rows are all encoded now
                 missing[:] = True
-            new, first = np.unique(keys[missing], return_index=True)
+                new, first = np.unique(keys, return_index=True)
             at = torch.as_tensor(np.flatnonzero(missing)[first], device=ids.device)
             self._keep(new, self.encode({k: v[at] for k, v in obs.items()}))
         rows = torch.as_tensor([self._row[k] for k in keys.tolist()], device=self._store.device)

@@ -202,10 +202,9 @@ def sample_windows(buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: in
              "discount": torch.from_numpy(drawn["discount"])}
     if with_offline:
         batch["offline"] = torch.from_numpy(drawn["partition"] != PARTITIONS.index("online"))
-    if with_ids:
-        for side in ("obs", "next_obs"):
-            batch[f"{side}_id"] = torch.from_numpy(drawn[f"{side}_id"])
     for side in ("obs", "next_obs"):
+        if with_ids:
+            batch[f"{side}_id"] = torch.from_numpy(drawn[f"{side}_id"])
         state = torch.from_numpy(drawn[f"{side}.state"])
         if not keys:
             batch[side] = state

@@ -94,11 +94,13 @@ class DSRLPolicy(nn.Module):
         return self
 
     @torch.no_grad()
-    def context(self, obs: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
-        """c(s) (B, C): the raw state (B, S), or [e(s); s] with e the frozen base's trunk features."""
+    def context(self, obs: torch.Tensor | dict[str, torch.Tensor],
+                features: torch.Tensor | None = None) -> torch.Tensor:
+        """c(s) (B, C): the raw state (B, S), or [e(s); s] with e the frozen base's trunk features (``features``: e(s)
+        computed already, e.g. kept by the learner's feature cache)."""
         if not self.reads_more:
             return obs if isinstance(obs, torch.Tensor) else obs["state"]
-        return torch.cat([self.base.encode(obs), obs["state"]], dim=-1)
+        return torch.cat([self.base.encode(obs) if features is None else features, obs["state"]], dim=-1)
 
     @property
     def normalise(self) -> nn.Module:
