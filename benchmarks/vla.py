@@ -1,7 +1,7 @@
 """The VLA (``policy=vla``) on pick_cube_color from images and instructions: success per colour, on paraphrases
 never seen in training, and its inference time through the policy server.
 
-    make bench-vla        (python benchmarks/vla.py [--policies 3] [--demos 600] [--bc-steps 4000] [--episodes 100])
+    make bench-vla        (python benchmarks/vla.py [--policies 3] [--demos 1200] [--bc-steps 6000] [--episodes 100])
 
 Task: ``pick_cube_color`` with ``task.language=true`` (the instruction is an observation, no one-hot) and
 ``task.scene_state=false`` (the state is the arm's joints and grasp point only: where the three cubes are comes
@@ -81,6 +81,16 @@ H, EXECUTE = 10, 5
 DEMO_SEED, EVAL_SEED = 100_000, 900_000
 CAMERA_SIZE = 64
 PERTURB = Perturbation(fraction=1.0, decoy=0.5)  # the demos' bursts and decoys (the --perturb and --decoy defaults)
+DEMOS, BC_STEPS = 1200, 6000                      # the --demos and --bc-steps defaults (bench-vla-dsrl's too)
+CAMERA_STRIDES = [2, 2, 1, 1]                     # policy.camera_strides of the conv cameras (--camera-strides):
+                                                  # a third of DrQ's cost, the same success (BENCHMARKS.md)
+
+
+def policy_config(camera_encoder: str = "conv", text_encoder: str = "word_vectors",
+                  camera_strides: list[int] = CAMERA_STRIDES) -> VLAPolicyConfig:
+    """The benchmark's VLA: 10-action chunks, one stage, no prefix (sync execution)."""
+    return VLAPolicyConfig(chunk_horizon=H, max_prefix=0, camera_encoder=camera_encoder, text_encoder=text_encoder,
+                           camera_strides=list(camera_strides))
 
 
 def task_config(instructions: dict[str, list[str]], scene_state: bool) -> PickCubeColorConfig:
@@ -180,8 +190,8 @@ def inference_ms(policy: VLAPolicy, env: PickCubeEnv, requests: int, first_seed:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policies", type=int, default=3)
-    ap.add_argument("--demos", type=int, default=600)
-    ap.add_argument("--bc-steps", type=int, default=4000)
+    ap.add_argument("--demos", type=int, default=DEMOS)
+    ap.add_argument("--bc-steps", type=int, default=BC_STEPS)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--episodes", type=int, default=100)
     ap.add_argument("--rtt-requests", type=int, default=200)
@@ -193,6 +203,8 @@ def main() -> None:
                     "the results file then goes to a work folder, not benchmarks/results)")
     ap.add_argument("--camera-encoder", choices=sorted(CAMERA_ENCODERS | CONDITIONED), default="conv",
                     help="policy.camera_encoder (robolearn.policies.vla)")
+    ap.add_argument("--camera-strides", type=int, nargs="+", default=CAMERA_STRIDES,
+                    help="policy.camera_strides: the conv cameras' strides, one per 3x3 convolution")
     ap.add_argument("--text-encoder", choices=sorted(TEXT_ENCODERS), default="word_vectors",
                     help="policy.text_encoder (robolearn.policies.vla)")
     ap.add_argument("--scene", choices=["cameras", "state"], default="cameras",
@@ -201,8 +213,7 @@ def main() -> None:
     if args.policies < 3 and args.eval_seed == EVAL_SEED:
         ap.error("--policies must be >= 3 for the figures (medians over policies)")
     torch.set_num_threads(2)
-    config = VLAPolicyConfig(chunk_horizon=H, max_prefix=0, camera_encoder=args.camera_encoder,
-                             text_encoder=args.text_encoder)
+    config = policy_config(args.camera_encoder, args.text_encoder, args.camera_strides)
     train = {c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}
     env = make_env(train, args.scene == "state")
     perturb = Perturbation(fraction=args.perturb, decoy=args.decoy)  # zero fractions perturb nothing, draw nothing

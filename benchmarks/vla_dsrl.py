@@ -46,15 +46,17 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from common import ROBOLEARN, goal, run_command, spread, write_result  # noqa: E402
 from vla import (  # noqa: E402
+    BC_STEPS,
     COLOURS,
+    DEMOS,
     EVAL_CHUNKING,
     EVAL_SEED,
     EXECUTE,
     PERTURB,
     TRAIN_TEMPLATES,
-    H,
     behaviour_clone,
     evaluate,
+    policy_config,
     record_demos,
     results_folder,
     task_config,
@@ -147,8 +149,8 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=100)
     ap.add_argument("--base-seed", type=int, default=0, help="which of bench-vla's policies is the BC start")
     ap.add_argument("--base", type=Path, default=None, help="the BC start's checkpoint, saved by an earlier run")
-    ap.add_argument("--demos", type=int, default=600)
-    ap.add_argument("--bc-steps", type=int, default=4000)
+    ap.add_argument("--demos", type=int, default=DEMOS)
+    ap.add_argument("--bc-steps", type=int, default=BC_STEPS)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--eval-seed", type=int, default=EVAL_SEED, help="first evaluation seed (development: 50000; "
                     "the results file then goes to a work folder, not benchmarks/results)")
@@ -164,7 +166,7 @@ def main() -> None:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-vla-dsrl-"))
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"work folder: {workdir} (the BC start, each run, progress.json)", flush=True)
-    config = VLAPolicyConfig(chunk_horizon=H, max_prefix=0)  # bench-vla's defaults
+    config = policy_config()  # bench-vla's defaults
     task = task_config({c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}, scene_state=False)
     env = PickCubeEnv(task)
     t0 = time.perf_counter()

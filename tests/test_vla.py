@@ -23,6 +23,7 @@ from robolearn.learner.chunk_batch import sample_chunk_windows
 from robolearn.learner.dsrl import DSRL, DSRLConfig
 from robolearn.learner.habc import HABC, HABCConfig
 from robolearn.policies.dsrl import DSRLPolicy, DSRLPolicyConfig
+from robolearn.policies.encoders import CameraEncoder
 from robolearn.policies.vla import VLAPolicy, VLAPolicyConfig
 from robolearn.record import record
 from robolearn.sim.cube_tasks import INSTRUCTION_BYTES, PickCubeColorConfig, PickCubeEnv
@@ -106,6 +107,25 @@ def test_a_camera_encoder_setting_that_cannot_be_built_is_named(encoder, feature
     with pytest.raises(ValueError, match=match):
         VLAPolicyConfig(camera_encoder=encoder, camera_features=features)
     assert VLAPolicyConfig(camera_encoder="conv", camera_features=15).camera_features == 15  # a CNN takes any width
+
+
+@pytest.mark.parametrize("strides", [[], [2, 0, 1, 1]])
+def test_camera_strides_that_cannot_be_built_are_named(strides):
+    with pytest.raises(ValueError, match="camera_strides must be one or more positive integers"):
+        VLAPolicyConfig(camera_strides=strides)
+
+
+def test_the_conv_cameras_use_the_configured_strides_and_refuse_a_frame_too_small_for_them(env):
+    policy = tiny_vla(env, camera_strides=[2, 2, 1, 1])
+    for camera in policy.vision.cameras.values():
+        convs = [m for m in camera.convs if isinstance(m, torch.nn.Conv2d)]
+        assert [c.stride[0] for c in convs] == [2, 2, 1, 1]
+        n = (SIZE - 3) // 2 + 1
+        n = (n - 3) // 2 + 1 - 4                              # two unpadded 3x3 at stride 1 take 2 pixels each
+        assert camera.project[0].in_features == 32 * n * n  # what the convolutions really give, below
+        assert camera.convs(torch.zeros(1, 3, SIZE, SIZE)).numel() == 32 * n * n
+    with pytest.raises(ValueError, match="too small for convolutions at strides"):
+        CameraEncoder(8, 8, 16, strides=(2, 2, 2))
 
 
 def test_the_vla_is_refused_by_name_without_an_instruction_or_a_camera_and_two_stage_by_the_online_learners():

@@ -81,6 +81,7 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
                                      # per channel, camera_features / 2 image positions per camera; film_keypoints:
                                      # keypoints whose features are modulated by the instruction (FiLM)
     camera_features: int = 64       # V: per camera
+    camera_strides: list[int] = field(default_factory=lambda: [2, 1, 1, 1])  # conv: its 3x3 convolutions' strides
     fuse_dims: list[int] = field(default_factory=lambda: [256])  # the trunk's fusing MLP; its last size is E
     image_shift_pad: int = 4        # training-time random shift of each frame, pixels (0: none)
 
@@ -99,6 +100,8 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
         if self.camera_encoder not in CAMERA_ENCODERS | CONDITIONED:
             raise ValueError(f"policy.camera_encoder must be one of {sorted(CAMERA_ENCODERS | CONDITIONED)}, got "
                              f"{self.camera_encoder!r}")
+        if not self.camera_strides or any(stride < 1 for stride in self.camera_strides):
+            raise ValueError(f"policy.camera_strides must be one or more positive integers, got {self.camera_strides}")
         if self.camera_encoder in PAIRED_FEATURES and self.camera_features % 2:
             raise ValueError(f"policy.camera_features must be even with keypoints (x and y each), got "
                              f"{self.camera_features}")
@@ -169,6 +172,8 @@ class VLAPolicy(FlowChunkPolicy):
         self.text = InstructionEncoder(c.max_words, c.text_features, c.text_heads, c.text_encoder)
         if c.camera_encoder in CONDITIONED:
             camera = functools.partial(CONDITIONED[c.camera_encoder], text_features=self.text.out_dim)
+        elif c.camera_encoder == "conv":
+            camera = functools.partial(CameraEncoder, strides=tuple(c.camera_strides))
         else:
             camera = CAMERA_ENCODERS[c.camera_encoder]
         self.vision = ImageEncoder(obs_spec, c.camera_features, camera=camera)
