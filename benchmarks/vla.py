@@ -57,6 +57,7 @@ from robolearn.learner.bc import ChunkDataset, Perturbation, expert_demos, train
 from robolearn.policies.vla import (  # noqa: E402
     CAMERA_ENCODERS,
     CONDITIONED,
+    DRQ_STRIDES,
     TEXT_ENCODERS,
     VLAPolicy,
     VLAPolicyConfig,
@@ -88,9 +89,11 @@ CAMERA_STRIDES = [2, 2, 1, 1]                     # policy.camera_strides of the
 
 def policy_config(camera_encoder: str = "conv", text_encoder: str = "word_vectors",
                   camera_strides: list[int] = CAMERA_STRIDES) -> VLAPolicyConfig:
-    """The benchmark's VLA: 10-action chunks, one stage, no prefix (sync execution)."""
+    """The benchmark's VLA: 10-action chunks, one stage, no prefix (sync execution); ``camera_strides`` for the
+    conv cameras only (the keypoint encoders have their own)."""
+    strides = list(camera_strides) if camera_encoder == "conv" else DRQ_STRIDES
     return VLAPolicyConfig(chunk_horizon=H, max_prefix=0, camera_encoder=camera_encoder, text_encoder=text_encoder,
-                           camera_strides=list(camera_strides))
+                           camera_strides=strides)
 
 
 def task_config(instructions: dict[str, list[str]], scene_state: bool) -> PickCubeColorConfig:

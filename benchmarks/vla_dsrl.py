@@ -4,7 +4,8 @@
 
 1. The BC start: bench-vla's policy ``--base-seed`` (default 0), trained here as there (vla.py's ``record_demos`` and
    ``behaviour_clone``: the same demos, settings, BC steps and seed) and saved as a robolearn checkpoint in
-   ``--workdir``; ``--base CKPT`` starts from one saved by an earlier run of this script instead.
+   ``--workdir``; ``--base CKPT`` starts from one saved by an earlier run of this script instead (one saved before
+   bench-vla's cameras took strides 2, 2, 1, 1 needs ``--camera-strides 2 1 1 1``).
 2. Its success on the held-out seeds: vla.py's ``evaluate``, 100 episodes from 900000 (never used while developing),
    sync, the first 5 actions of each 10-action chunk executed.
 3. ``--runs`` runs of the shipped ``robolearn run`` (actor and learner processes, the transitions spooled and
@@ -47,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import ROBOLEARN, goal, run_command, spread, write_result  # noqa: E402
 from vla import (  # noqa: E402
     BC_STEPS,
+    CAMERA_STRIDES,
     COLOURS,
     DEMOS,
     EVAL_CHUNKING,
@@ -152,6 +154,8 @@ def main() -> None:
     ap.add_argument("--demos", type=int, default=DEMOS)
     ap.add_argument("--bc-steps", type=int, default=BC_STEPS)
     ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--camera-strides", type=int, nargs="+", default=CAMERA_STRIDES,
+                    help="policy.camera_strides of the BC start (bench-vla's; a --base saved before 3b52d6d: 2 1 1 1)")
     ap.add_argument("--eval-seed", type=int, default=EVAL_SEED, help="first evaluation seed (development: 50000; "
                     "the results file then goes to a work folder, not benchmarks/results)")
     ap.add_argument("--workdir", type=Path, default=None, help="where the runs go (default: a new temporary folder)")
@@ -166,7 +170,7 @@ def main() -> None:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-vla-dsrl-"))
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"work folder: {workdir} (the BC start, each run, progress.json)", flush=True)
-    config = policy_config()  # bench-vla's defaults
+    config = policy_config(camera_strides=args.camera_strides)  # bench-vla's defaults
     task = task_config({c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}, scene_state=False)
     env = PickCubeEnv(task)
     t0 = time.perf_counter()

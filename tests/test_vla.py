@@ -113,6 +113,8 @@ def test_a_camera_encoder_setting_that_cannot_be_built_is_named(encoder, feature
 def test_camera_strides_that_cannot_be_built_are_named(strides):
     with pytest.raises(ValueError, match="camera_strides must be one or more positive integers"):
         VLAPolicyConfig(camera_strides=strides)
+    with pytest.raises(ValueError, match="camera_strides sets the conv cameras only"):
+        VLAPolicyConfig(camera_encoder="keypoints", camera_strides=[2, 2, 1, 1])
 
 
 def test_the_conv_cameras_use_the_configured_strides_and_refuse_a_frame_too_small_for_them(env):

@@ -62,6 +62,7 @@ def film_keypoints(height: int, width: int, features: int, text_features: int) -
 
 CAMERA_ENCODERS = {"conv": CameraEncoder, "keypoints": keypoints}   # (height, width, features)
 CONDITIONED = {"film_keypoints": film_keypoints}                    # the same and the instruction's width T
+DRQ_STRIDES = [2, 1, 1, 1]                                          # the conv cameras' default strides
 PAIRED_FEATURES = {"keypoints", "film_keypoints"}                   # an x and a y per keypoint: even camera_features
 TEXT_ENCODERS = {"word_vectors": word_vectors, "minilm": minilm}     # loaders of frozen (width, encode(texts, W))
 
@@ -81,7 +82,7 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
                                      # per channel, camera_features / 2 image positions per camera; film_keypoints:
                                      # keypoints whose features are modulated by the instruction (FiLM)
     camera_features: int = 64       # V: per camera
-    camera_strides: list[int] = field(default_factory=lambda: [2, 1, 1, 1])  # conv: its 3x3 convolutions' strides
+    camera_strides: list[int] = field(default_factory=lambda: list(DRQ_STRIDES))  # conv: its 3x3 convs' strides
     fuse_dims: list[int] = field(default_factory=lambda: [256])  # the trunk's fusing MLP; its last size is E
     image_shift_pad: int = 4        # training-time random shift of each frame, pixels (0: none)
 
@@ -102,6 +103,9 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
                              f"{self.camera_encoder!r}")
         if not self.camera_strides or any(stride < 1 for stride in self.camera_strides):
             raise ValueError(f"policy.camera_strides must be one or more positive integers, got {self.camera_strides}")
+        if self.camera_encoder != "conv" and list(self.camera_strides) != DRQ_STRIDES:
+            raise ValueError(f"policy.camera_strides sets the conv cameras only; camera_encoder={self.camera_encoder} "
+                             f"has its own (got camera_strides={self.camera_strides})")
         if self.camera_encoder in PAIRED_FEATURES and self.camera_features % 2:
             raise ValueError(f"policy.camera_features must be even with keypoints (x and y each), got "
                              f"{self.camera_features}")
