@@ -190,7 +190,11 @@ def main() -> None:
         print(f"BC start saved to {base} (loss {bc_record['final_loss']}, {bc_record['seconds']:.0f} s)", flush=True)
     else:
         policy = VLAPolicy(env.observation_spec, env.action_spec, config)
-        policy.load_state_dict(load_checkpoint(base).policy_weights)
+        try:
+            policy.load_state_dict(load_checkpoint(base).policy_weights)
+        except RuntimeError as e:  # torch's missing, unexpected or mis-sized weights
+            raise SystemExit(f"--base {base}: its weights do not fit the BC start's settings {base_overrides(config)} "
+                             f"(one saved before 3b52d6d needs --camera-strides 2 1 1 1): {e}") from e
     start = {k: v.clone() for k, v in policy.state_dict().items()}
     before = held_out(policy)
     zero = held_out(zero_noise(env, config, start))
