@@ -54,10 +54,10 @@ from robolearn.inference.protocol import ChunkRequest  # noqa: E402
 from robolearn.inference.runner import ChunkPolicyRunner  # noqa: E402
 from robolearn.inference.server import PolicyServer  # noqa: E402
 from robolearn.learner.bc import ChunkDataset, Perturbation, expert_demos, train_bc  # noqa: E402
+from robolearn.policies.encoders import DRQ_STRIDES  # noqa: E402
 from robolearn.policies.vla import (  # noqa: E402
     CAMERA_ENCODERS,
     CONDITIONED,
-    DRQ_STRIDES,
     TEXT_ENCODERS,
     VLAPolicy,
     VLAPolicyConfig,
@@ -91,7 +91,7 @@ def policy_config(camera_encoder: str = "conv", text_encoder: str = "word_vector
                   camera_strides: list[int] = CAMERA_STRIDES) -> VLAPolicyConfig:
     """The benchmark's VLA: 10-action chunks, one stage, no prefix (sync execution); ``camera_strides`` for the
     conv cameras only (the keypoint encoders have their own)."""
-    strides = list(camera_strides) if camera_encoder == "conv" else DRQ_STRIDES
+    strides = list(camera_strides) if camera_encoder == "conv" else list(DRQ_STRIDES)
     return VLAPolicyConfig(chunk_horizon=H, max_prefix=0, camera_encoder=camera_encoder, text_encoder=text_encoder,
                            camera_strides=strides)
 

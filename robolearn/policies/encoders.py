@@ -38,9 +38,12 @@ def image_keys(obs_spec: ObservationSpec) -> list[str]:
     return [k for k, s in obs_spec.arrays.items() if s.dtype == "uint8" and len(s.shape) == 3]
 
 
+DRQ_STRIDES = (2, 1, 1, 1)  # CameraEncoder's default: DrQ's four 3x3 convolutions
+
+
 class CameraEncoder(nn.Module):
     def __init__(self, height: int, width: int, feature_dim: int, channels: int = 32,
-                 strides: Sequence[int] = (2, 1, 1, 1)) -> None:
+                 strides: Sequence[int] = DRQ_STRIDES) -> None:
         super().__init__()
         if not strides or any(s < 1 for s in strides):
             raise ValueError(f"CameraEncoder: strides must be one or more positive integers, got {list(strides)}")

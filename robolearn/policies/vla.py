@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from robolearn.policies.encoders import (
+    DRQ_STRIDES,
     CameraEncoder,
     FiLMKeypointEncoder,
     ImageEncoder,
@@ -62,7 +63,6 @@ def film_keypoints(height: int, width: int, features: int, text_features: int) -
 
 CAMERA_ENCODERS = {"conv": CameraEncoder, "keypoints": keypoints}   # (height, width, features)
 CONDITIONED = {"film_keypoints": film_keypoints}                    # the same and the instruction's width T
-DRQ_STRIDES = [2, 1, 1, 1]                                          # the conv cameras' default strides
 PAIRED_FEATURES = {"keypoints", "film_keypoints"}                   # an x and a y per keypoint: even camera_features
 TEXT_ENCODERS = {"word_vectors": word_vectors, "minilm": minilm}     # loaders of frozen (width, encode(texts, W))
 
@@ -103,7 +103,7 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
                              f"{self.camera_encoder!r}")
         if not self.camera_strides or any(stride < 1 for stride in self.camera_strides):
             raise ValueError(f"policy.camera_strides must be one or more positive integers, got {self.camera_strides}")
-        if self.camera_encoder != "conv" and list(self.camera_strides) != DRQ_STRIDES:
+        if self.camera_encoder != "conv" and tuple(self.camera_strides) != DRQ_STRIDES:
             raise ValueError(f"policy.camera_strides sets the conv cameras only; camera_encoder={self.camera_encoder} "
                              f"has its own (got camera_strides={self.camera_strides})")
         if self.camera_encoder in PAIRED_FEATURES and self.camera_features % 2:
