@@ -6,7 +6,7 @@
    ``behaviour_clone``: the same demos, settings, BC steps and seed) and saved as a robolearn checkpoint in
    ``--workdir``; ``--base CKPT`` starts from one saved by an earlier run of this script instead (one saved before
    bench-vla's cameras took strides 2, 2, 1, 1 needs ``--camera-strides 2 1 1 1``).
-2. Its success on the held-out seeds: vla.py's ``evaluate``, 100 episodes from 900000 (never used while developing),
+2. Its success on the held-out seeds: vla.py's ``evaluate``, 100 episodes from 910000 (never used while developing),
    sync, the first 5 actions of each 10-action chunk executed.
 3. ``--runs`` runs of the shipped ``robolearn run`` (actor and learner processes, the transitions spooled and
    the weights published as in any run), seeds 0.. runs-1::
