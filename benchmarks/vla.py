@@ -13,7 +13,8 @@ from the front and wrist cameras, 64 px, without shadows), domain randomisation 
    (``learner.bc.Perturbation``, docs/algorithms.md "Demos that show recovery"); ``--decoy`` of them instead start by
    heading for another cube for a few ticks (the expert's plan for it) before the expert turns to the asked one, which
    is what makes the policy act on the instruction. ``--policies`` VLAs are
-   behaviour-cloned on them (``learner.bc.train_bc``; seed i sets the initial weights and the batch order).
+   behaviour-cloned on them (``learner.bc.train_bc``; seed i sets the initial weights and the batch order), each saved
+   to ``--workdir``/policy-<i> (a robolearn checkpoint and ``bc.json``, what it was trained from).
 2. Each policy runs ``--episodes`` evaluation episodes on seeds from 910000 (never used while developing: that was
    seeds 50000..50199; the range was 900000 until a development policy was evaluated on it once) through the
    actors' episode loop and chunk executor, sync mode (the robot holds while each chunk is computed, zero simulated
@@ -26,16 +27,17 @@ from the front and wrist cameras, 64 px, without shadows), domain randomisation 
    round trip seen by the robots' clients.
 
 Goals (issue 18): ``vla_success`` >= 0.8, ``vla_paraphrase_success`` >= 0.7 (medians over policies).
-``dsrl_success_gain`` is measured by ``make bench-vla-dsrl`` (``benchmarks/vla_dsrl.py``), from this benchmark's
-policy 0. Of the 36 paraphrases, 13 keep the trained colour word and change the rest; the
-others use another word for the colour. ``vla_inference_ms``: each sample is one round, from the first robot's
-submit until every robot has its chunk (with 4 robots: the slowest of the 4), the server and the clients in one
-thread of this process.
+``dsrl_success_gain`` is measured by ``make bench-vla-dsrl`` (``benchmarks/vla_dsrl.py``), from this benchmark's policy
+0 (trained again there, or its saved checkpoint with ``--base``). Of the 36 paraphrases, 13 keep the trained colour
+word and change the rest; the others use another word for the colour. ``vla_inference_ms``: each sample is one round,
+from the first robot's submit until every robot has its chunk (with 4 robots: the slowest of the 4), the server and the
+clients in one thread of this process.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -49,6 +51,7 @@ from common import RESULTS, goal, run_command, spread, write_result  # noqa: E40
 
 from robolearn.actor.chunking import ChunkExecutor, ChunkingConfig  # noqa: E402
 from robolearn.actor.episode import EpisodeLoop, SeedTorch  # noqa: E402
+from robolearn.checkpoint import Checkpoint, save_checkpoint  # noqa: E402
 from robolearn.clock import DelaySampler, SimClock  # noqa: E402
 from robolearn.inference.client import RemoteClient, SimulatedLatencyClient  # noqa: E402
 from robolearn.inference.protocol import ChunkRequest  # noqa: E402
@@ -154,6 +157,33 @@ def behaviour_clone(env: PickCubeEnv, data: ChunkDataset, config: VLAPolicyConfi
                     "seconds": round(time.perf_counter() - t0, 1)}
 
 
+def bc_settings(config: VLAPolicyConfig, seed: int, demos: int, perturb: Perturbation, steps: int,
+                batch_size: int) -> dict:
+    """What ``behaviour_clone`` trained policy ``seed`` from and how, as JSON values (saved beside its checkpoint as
+    ``bc.json``; bench-vla-dsrl checks its ``--base`` against them)."""
+    return json.loads(json.dumps({"seed": seed, "demos": demos, "demo_seeds": f"{DEMO_SEED}..{DEMO_SEED + demos - 1}",
+                                  "perturbation": vars(perturb), "bc_steps": steps, "batch_size": batch_size,
+                                  "policy": vars(config)}))
+
+
+def save_policy(folder: Path, policy: VLAPolicy, settings: dict, record: dict) -> Path:
+    """``folder``/checkpoints/latest.pt, a robolearn checkpoint of ``policy`` (``policy.base_checkpoint`` of a DSRL
+    run takes it), and ``folder``/bc.json: its ``bc_settings`` and its BC record (loss, time); the checkpoint's path."""
+    path = folder / "checkpoints" / "latest.pt"
+    save_checkpoint(path, Checkpoint({"actor": policy.state_dict()}, 1, 0, {}, torch.get_rng_state()))
+    (folder / "bc.json").write_text(json.dumps({"settings": settings, "bc": record}, indent=1) + "\n")
+    return path
+
+
+def saved_bc(checkpoint: Path) -> dict:
+    """The ``bc.json`` that ``save_policy`` wrote beside ``checkpoint`` (SystemExit naming it when there is none)."""
+    path = checkpoint.parent.parent / "bc.json"
+    if not path.is_file():
+        raise SystemExit(f"{checkpoint}: no {path} saying what the policy was trained from (bench-vla --workdir and "
+                         "bench-vla-dsrl save one beside each policy's checkpoints folder)")
+    return json.loads(path.read_text())
+
+
 def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
@@ -213,10 +243,14 @@ def main() -> None:
                     help="policy.text_encoder (robolearn.policies.vla)")
     ap.add_argument("--scene", choices=["cameras", "state"], default="cameras",
                     help="where the cubes' poses come from: the cameras alone, or the state too (task.scene_state)")
+    ap.add_argument("--workdir", type=Path, default=None, help="where each policy is saved, policy-<seed>/ "
+                    "(default: a new temporary folder); bench-vla-dsrl --base takes policy-0/checkpoints/latest.pt")
     args = ap.parse_args()
     if args.policies < 3 and args.eval_seed == EVAL_SEED:
         ap.error("--policies must be >= 3 for the figures (medians over policies)")
     torch.set_num_threads(2)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-vla-"))
+    print(f"work folder: {workdir} (each policy's checkpoint and bc.json)", flush=True)
     config = policy_config(args.camera_encoder, args.text_encoder, args.camera_strides)
     train = {c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}
     env = make_env(train, args.scene == "state")
@@ -230,6 +264,8 @@ def main() -> None:
     for seed in range(args.policies):
         policy, record = behaviour_clone(env, data, config, seed, args.bc_steps, args.batch_size)
         bc.append(record)
+        save_policy(workdir / f"policy-{seed}", policy,
+                    bc_settings(config, seed, args.demos, perturb, args.bc_steps, args.batch_size), record)
         runner = ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim)
         t1 = time.perf_counter()
         trained = evaluate(env, runner, args.episodes, args.eval_seed)
@@ -256,7 +292,7 @@ def main() -> None:
     goals = [goal("vla_success", success["median"], ">=", 0.8),
              goal("vla_paraphrase_success", para["median"], ">=", 0.7)]  # dsrl_success_gain: vla_dsrl.py
     scene = "scene from cameras" if args.scene == "cameras" else "cube poses in the state too"
-    path = write_result("vla", command, folder=results_folder(args.eval_seed),
+    path = write_result("vla", command, folder=results_folder(args.eval_seed, workdir),
                         goals=goals, task=f"pick_cube_color (language, {scene})",
                         success=success, success_per_colour=per_colour, paraphrase_success=para,
                         paraphrase_success_per_colour=para_colour, vla_inference_ms=latency, runs=results, bc=bc,

@@ -4,8 +4,10 @@
 
 1. The BC start: bench-vla's policy ``--base-seed`` (default 0), trained here as there (vla.py's ``record_demos`` and
    ``behaviour_clone``: the same demos, settings, BC steps and seed) and saved as a robolearn checkpoint in
-   ``--workdir``; ``--base CKPT`` starts from one saved by an earlier run of this script instead (one saved before
-   bench-vla's cameras took strides 2, 2, 1, 1 needs ``--camera-strides 2 1 1 1``).
+   ``--workdir`` (vla.py's ``save_policy``, with ``bc.json``); ``--base CKPT`` starts from one saved by bench-vla
+   (``<its workdir>/policy-0/checkpoints/latest.pt``) or by an earlier run of this script instead, and refuses it
+   unless the ``bc.json`` beside it names the settings this run would train with (``--base-seed``, ``--demos``,
+   ``--bc-steps``, ``--batch-size``, ``--camera-strides``, the demos' perturbation, the VLA config).
 2. Its success on the held-out seeds: vla.py's ``evaluate``, 100 episodes from 910000 (never used while developing),
    sync, the first 5 actions of each 10-action chunk executed.
 3. ``--runs`` runs of the shipped ``robolearn run`` (actor and learner processes, the transitions spooled and
@@ -56,16 +58,19 @@ from vla import (  # noqa: E402
     EXECUTE,
     PERTURB,
     TRAIN_TEMPLATES,
+    bc_settings,
     behaviour_clone,
     evaluate,
     policy_config,
     record_demos,
     results_folder,
+    save_policy,
+    saved_bc,
     task_config,
 )
 
 from robolearn.builders import build_policy  # noqa: E402
-from robolearn.checkpoint import Checkpoint, load_checkpoint, save_checkpoint  # noqa: E402
+from robolearn.checkpoint import load_checkpoint  # noqa: E402
 from robolearn.config import load_run_config  # noqa: E402
 from robolearn.inference.runner import ChunkPolicyRunner  # noqa: E402
 from robolearn.policies.dsrl import DSRLPolicy, DSRLPolicyConfig  # noqa: E402
@@ -93,6 +98,17 @@ def base_overrides(config: VLAPolicyConfig) -> list[str]:
         if value != getattr(default, key):
             out.append(f"policy.base.{key}={json.dumps(value) if isinstance(value, list | str) else value}")
     return out
+
+
+def check_base(base: Path, expected: dict) -> dict:
+    """The ``bc.json`` saved beside ``base`` (vla.py's ``saved_bc``); SystemExit naming each setting in which it differs
+    from ``expected`` (``bc_settings`` of the BC start this run would train)."""
+    saved = saved_bc(base)
+    differs = [f"{k} {saved['settings'].get(k)!r} (this run's: {v!r})" for k, v in expected.items()
+               if saved["settings"].get(k) != v]
+    if differs:
+        raise SystemExit(f"--base {base} is not the BC start this run would train; it differs in " + "; ".join(differs))
+    return saved
 
 
 def dsrl_run(workdir: Path, base: Path, task: PickCubeColorConfig, config: VLAPolicyConfig, seed: int,
@@ -150,12 +166,13 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=60.0, help="each run's time cap (it should end on env steps)")
     ap.add_argument("--episodes", type=int, default=100)
     ap.add_argument("--base-seed", type=int, default=0, help="which of bench-vla's policies is the BC start")
-    ap.add_argument("--base", type=Path, default=None, help="the BC start's checkpoint, saved by an earlier run")
+    ap.add_argument("--base", type=Path, default=None, help="the BC start's checkpoint, saved by bench-vla "
+                    "(its workdir's policy-0/checkpoints/latest.pt) or an earlier run, with its bc.json")
     ap.add_argument("--demos", type=int, default=DEMOS)
     ap.add_argument("--bc-steps", type=int, default=BC_STEPS)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--camera-strides", type=int, nargs="+", default=CAMERA_STRIDES,
-                    help="policy.camera_strides of the BC start (bench-vla's; a --base saved before 3b52d6d: 2 1 1 1)")
+                    help="policy.camera_strides of the BC start (bench-vla's by default)")
     ap.add_argument("--eval-seed", type=int, default=EVAL_SEED, help="first evaluation seed (development: 50000; "
                     "the results file then goes to a work folder, not benchmarks/results)")
     ap.add_argument("--workdir", type=Path, default=None, help="where the runs go (default: a new temporary folder)")
@@ -180,21 +197,17 @@ def main() -> None:
                         args.eval_seed)
 
     base = args.base
-    bc_record: dict = {"checkpoint": str(base)}
+    settings = bc_settings(config, args.base_seed, args.demos, PERTURB, args.bc_steps, args.batch_size)
     if base is None:
         data = record_demos(env, args.demos, PERTURB)
         policy, bc_record = behaviour_clone(env, data, config, args.base_seed, args.bc_steps, args.batch_size)
         del data
-        base = workdir / "bc" / "checkpoints" / "latest.pt"
-        save_checkpoint(base, Checkpoint({"actor": policy.state_dict()}, 1, 0, {}, torch.get_rng_state()))
+        base = save_policy(workdir / "bc", policy, settings, bc_record)
         print(f"BC start saved to {base} (loss {bc_record['final_loss']}, {bc_record['seconds']:.0f} s)", flush=True)
     else:
+        bc_record = {"checkpoint": str(base), **check_base(base, settings)["bc"]}
         policy = VLAPolicy(env.observation_spec, env.action_spec, config)
-        try:
-            policy.load_state_dict(load_checkpoint(base).policy_weights)
-        except RuntimeError as e:  # torch's missing, unexpected or mis-sized weights
-            raise SystemExit(f"--base {base}: its weights do not fit the BC start's settings {base_overrides(config)} "
-                             f"(one saved before 3b52d6d needs --camera-strides 2 1 1 1): {e}") from e
+        policy.load_state_dict(load_checkpoint(base).policy_weights)  # bc.json vouches for the settings
     start = {k: v.clone() for k, v in policy.state_dict().items()}
     before = held_out(policy)
     zero = held_out(zero_noise(env, config, start))
