@@ -92,12 +92,12 @@ CAMERA_STRIDES = [2, 2, 1, 1]                     # policy.camera_strides of the
 
 
 def policy_config(camera_encoder: str = "conv", text_encoder: str = "word_vectors",
-                  camera_strides: list[int] = CAMERA_STRIDES) -> VLAPolicyConfig:
+                  camera_strides: list[int] = CAMERA_STRIDES, colour_words: bool = False) -> VLAPolicyConfig:
     """The benchmark's VLA: 10-action chunks, one stage, no prefix (sync execution); ``camera_strides`` for the
     conv cameras only (the keypoint encoders have their own)."""
     strides = list(camera_strides) if camera_encoder == "conv" else list(DRQ_STRIDES)
     return VLAPolicyConfig(chunk_horizon=H, max_prefix=0, camera_encoder=camera_encoder, text_encoder=text_encoder,
-                           camera_strides=strides)
+                           camera_strides=strides, colour_words=colour_words)
 
 
 def task_config(instructions: dict[str, list[str]], scene_state: bool) -> PickCubeColorConfig:
@@ -241,6 +241,8 @@ def main() -> None:
                     help="policy.camera_strides: the conv cameras' strides, one per 3x3 convolution")
     ap.add_argument("--text-encoder", choices=sorted(TEXT_ENCODERS), default="word_vectors",
                     help="policy.text_encoder (robolearn.policies.vla)")
+    ap.add_argument("--colour-words", action="store_true",
+                    help="policy.colour_words: colour words read by their CIELAB colour (robolearn.policies.vla)")
     ap.add_argument("--scene", choices=["cameras", "state"], default="cameras",
                     help="where the cubes' poses come from: the cameras alone, or the state too (task.scene_state)")
     ap.add_argument("--workdir", type=Path, default=None, help="where each policy is saved, policy-<seed>/ "
@@ -251,7 +253,7 @@ def main() -> None:
     torch.set_num_threads(2)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-vla-"))
     print(f"work folder: {workdir} (each policy's checkpoint and bc.json)", flush=True)
-    config = policy_config(args.camera_encoder, args.text_encoder, args.camera_strides)
+    config = policy_config(args.camera_encoder, args.text_encoder, args.camera_strides, args.colour_words)
     train = {c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}
     env = make_env(train, args.scene == "state")
     perturb = Perturbation(fraction=args.perturb, decoy=args.decoy)  # zero fractions perturb nothing, draw nothing

@@ -202,6 +202,61 @@ def test_bc_learns_to_act_on_the_colour_word(env, camera_encoder, text_encoder):
         assert abs(first_joint(f"pick up the {colour} cube") - value) < 0.2, colour
 
 
+@pytest.mark.parametrize("colour_words", [True, pytest.param(False, marks=pytest.mark.slow)])  # False: the contrast
+def test_colour_words_carry_what_bc_learned_to_colour_words_it_never_saw(env, colour_words):
+    """Chunks that depend on the colour word alone, trained on red, green and blue only: read by their CIELAB colour
+    (policy.colour_words), crimson and scarlet act as red, emerald and jade as green, navy and cobalt as blue. Read by
+    their word vectors (crimson and scarlet share one, nearer blue's), they do not."""
+    n, colours = 192, ["red", "green", "blue"]
+    target = {"red": 0.6, "green": 0.0, "blue": -0.6}
+    unseen = {"crimson": "red", "scarlet": "red", "emerald": "green", "jade": "green", "navy": "blue",
+              "cobalt": "blue"}
+    asked = [colours[i % 3] for i in range(n)]
+    obs, _ = env.reset(seed=0)
+    chunks = np.zeros((n, H, 6), np.float32)
+    chunks[:, :, 0] = np.array([target[c] for c in asked])[:, None]
+    frames = np.repeat(obs["front"][None], n, 0)  # one scene: only the words differ
+    data = ChunkDataset(np.repeat(obs["state"][None], n, 0), chunks, np.ones((n, H), np.float32), n, n,
+                        observations={"front": frames, "wrist": np.repeat(obs["wrist"][None], n, 0),
+                                      "instruction": np.stack([encode_text(f"pick up the {c} cube", INSTRUCTION_BYTES)
+                                                               for c in asked])})
+    policy = tiny_vla(env, colour_words=colour_words)
+    train_bc(policy, data, steps=250, batch_size=64, lr=2e-3)
+
+    def first_joint(word):
+        torch.manual_seed(0)
+        asked_obs = {**obs, "instruction": encode_text(f"pick up the {word} cube", INSTRUCTION_BYTES)}
+        return float(policy.predict_chunk(one(asked_obs), np.zeros((1, 0, 6)), np.zeros(1, np.int64))[0, :, 0].mean())
+
+    for colour, value in target.items():
+        assert abs(first_joint(colour) - value) < 0.2, colour
+    acted_as = {word: min(target, key=lambda c, w=word: abs(first_joint(w) - target[c])) for word in unseen}
+    right = sum(acted_as[w] == unseen[w] for w in unseen)
+    assert right == len(unseen) if colour_words else right < len(unseen), acted_as
+
+
+def test_colour_words_are_the_surveys_colours_in_cielab_aligned_with_the_words():
+    from robolearn.policies.colour_words import colour_features, colour_table, srgb_to_lab
+    # CIELAB (D65) of the sRGB primaries and white, as published (e.g. Lindbloom's calculator): an independent check
+    np.testing.assert_allclose(srgb_to_lab([1, 0, 0]), [53.24, 80.09, 67.20], atol=0.05)
+    np.testing.assert_allclose(srgb_to_lab([0, 0, 1]), [32.30, 79.19, -107.86], atol=0.05)
+    np.testing.assert_allclose(srgb_to_lab([1, 1, 1]), [100, 0, 0], atol=0.02)
+    table = colour_table()
+    assert "crimson" in table and "cube" not in table and "the" not in table
+    features = colour_features(["pick up the crimson cube", "the", ""], max_words=6)
+    assert features.shape == (3, 6, 4)
+    assert features[0, :, 3].tolist() == [0, 0, 0, 1, 0, 0] and not features[1:].any()
+    lab = table["crimson"]
+    np.testing.assert_allclose(features[0, 3, :3], [lab[0] / 50 - 1, lab[1] / 50, lab[2] / 50], rtol=1e-6)
+
+
+def test_colour_words_are_refused_with_word_pieces_and_a_negative_jitter():
+    with pytest.raises(ValueError, match="colour_words reads whole words"):
+        VLAPolicyConfig(colour_words=True, text_encoder="minilm")
+    with pytest.raises(ValueError, match="colour_jitter must be >= 0"):
+        VLAPolicyConfig(colour_words=True, colour_jitter=-1.0)
+
+
 def test_expert_demos_keep_the_observations_a_vla_reads_and_two_stage_bc_trains_on_them(env):
     policy = tiny_vla(env, mid_observation=True)
     data = expert_demos(env, 2, H, seed=3, past=D, keys=policy.observation_keys)

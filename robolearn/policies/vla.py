@@ -4,6 +4,7 @@ a chunk of actions out, by the flow-matching chunk machinery of ``flow_chunk`` (
     words  w_1..w_W = frozen vectors of the instruction's words (W, D)   policies.text_encoder (D = 300), or its
                                                                           word pieces in context, language_model (384)
     text   t = tanh(LN(W_o [attn_1; ..; attn_h])),  attn_j = sum_i softmax_i(q_j . P w_i / sqrt(T)) P w_i   (B, T)
+           (colour_words: a colour word's P w_i is P_c [its CIELAB colour; 1] instead, policies.colour_words)
     vision v = [CNN_front(img_front); CNN_wrist(img_wrist)]              policies.encoders, (B, C * V): CameraEncoder,
                                                                           or KeypointEncoder's image positions,
                                                                           FiLMKeypointEncoder's: CNN_c(img, t)
@@ -35,6 +36,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from robolearn.policies.colour_words import FEATURES as COLOUR_FEATURES
+from robolearn.policies.colour_words import colour_features, colour_table
 from robolearn.policies.encoders import (
     DRQ_STRIDES,
     CameraEncoder,
@@ -78,6 +81,9 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
     max_words: int = 16             # words (word_vectors) or word pieces with [CLS] and [SEP] (minilm) read
     text_features: int = 64         # T: the projected word width and the sentence's features
     text_heads: int = 4             # h: learned queries pooling the words
+    colour_words: bool = False      # word_vectors: a colour word read by its CIELAB colour (XKCD colour survey,
+                                    # policies.colour_words) instead of its vector
+    colour_jitter: float = 10.0     # colour_words: training-time N(0, s^2) on each colour word's L, a, b (CIELAB)
     camera_encoder: str = "conv"     # conv: CNN, flattened, projected to camera_features; keypoints: a spatial softmax
                                      # per channel, camera_features / 2 image positions per camera; film_keypoints:
                                      # keypoints whose features are modulated by the instruction (FiLM)
@@ -98,6 +104,11 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
         if self.text_encoder == "minilm" and not 3 <= self.max_words <= MAX_PIECES:
             raise ValueError(f"policy.max_words counts word pieces with [CLS] and [SEP] for text_encoder=minilm: "
                              f"3..{MAX_PIECES}, got {self.max_words}")
+        if self.colour_words and self.text_encoder != "word_vectors":
+            raise ValueError(f"policy.colour_words reads whole words: text_encoder=word_vectors only, got "
+                             f"{self.text_encoder!r}")
+        if self.colour_jitter < 0:
+            raise ValueError(f"policy.colour_jitter must be >= 0, got {self.colour_jitter}")
         if self.camera_encoder not in CAMERA_ENCODERS | CONDITIONED:
             raise ValueError(f"policy.camera_encoder must be one of {sorted(CAMERA_ENCODERS | CONDITIONED)}, got "
                              f"{self.camera_encoder!r}")
@@ -116,39 +127,64 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
 class InstructionEncoder(nn.Module):
     """uint8 (B, N) UTF-8 sentences -> (B, T): frozen word vectors (``backbone``, a TEXT_ENCODERS name), projection,
     attention pooling by h learned queries, then Linear -> LayerNorm -> tanh. With word vectors a sentence with no
-    known word gives the features of zero pooling; the language model always has its [CLS] and [SEP] pieces."""
+    known word gives the features of zero pooling; the language model always has its [CLS] and [SEP] pieces.
 
-    def __init__(self, max_words: int, features: int, heads: int, backbone: str = "word_vectors") -> None:
+    ``colour_words`` (word vectors only): a word that names a colour is read by its colour instead of its vector,
+    key = P_c [L; a; b; 1] (``policies.colour_words``), and in training each colour word's L, a and b get N(0,
+    ``colour_jitter``^2) (CIELAB units), so that a colour word the demos never said lands among the trained ones by
+    how it looks."""
+
+    def __init__(self, max_words: int, features: int, heads: int, backbone: str = "word_vectors",
+                 colour_words: bool = False, colour_jitter: float = 0.0) -> None:
         super().__init__()
         self.max_words = max_words
         self._table = TEXT_ENCODERS[backbone]()  # loads (and checks) the weights now, not at the first request
         self.project = nn.Linear(self._table.width, features)
+        self.colour_words, self.colour_jitter = colour_words, colour_jitter
+        if colour_words:
+            colour_table()  # loaded now, not at the first request
+            self.project_colour = nn.Linear(COLOUR_FEATURES, features)
         self.queries = nn.Parameter(torch.randn(heads, features) / math.sqrt(features))
         self.out = nn.Sequential(nn.Linear(heads * features, features), nn.LayerNorm(features), nn.Tanh())
         self.out_dim = features
-        self._cache: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}  # sentence bytes -> vectors, mask
+        self._cache: dict[bytes, tuple[np.ndarray, ...]] = {}  # sentence bytes -> vectors, mask (, colours)
 
-    def lookup(self, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _encode(self, texts: list[str]) -> tuple[np.ndarray, ...]:
+        vectors, mask = self._table.encode(texts, self.max_words)
+        return (vectors, mask, colour_features(texts, self.max_words)) if self.colour_words else (vectors, mask)
+
+    def lookup(self, text: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """uint8 (B, N) -> word vectors (B, W, D) and their mask (B, W) (0: padding, or a word the table does not
-        hold), on the projection's device. Each sentence is encoded once (new ones of a batch together), then cached."""
+        hold), with ``colour_words`` also each word's colour features (B, W, 4), on the projection's device. Each
+        sentence is encoded once (new ones of a batch together), then cached."""
         rows = text.cpu().numpy()
         keys = [row.tobytes() for row in rows]
         new = {k: row for k, row in zip(keys, rows, strict=True) if k not in self._cache}  # each sentence once
         if new:
             if len(self._cache) + len(new) > 4096:  # instructions repeat; a stream of new ones must not grow it forever
                 self._cache.clear()
-            v, m = self._table.encode([decode_text(row) for row in new.values()], self.max_words)
-            self._cache.update({k: (v[i], m[i]) for i, k in enumerate(new)})
-        vectors = np.zeros((len(keys), self.max_words, self._table.width), np.float32)
-        mask = np.zeros((len(keys), self.max_words), np.float32)
-        for i, k in enumerate(keys):
-            vectors[i], mask[i] = self._cache[k]
+            parts = self._encode([decode_text(row) for row in new.values()])
+            self._cache.update({k: tuple(part[i] for part in parts) for i, k in enumerate(new)})
         device = self.project.weight.device
-        return torch.from_numpy(vectors).to(device), torch.from_numpy(mask).to(device)
+        parts = self._encode([]) if not keys else [np.stack([self._cache[k][j] for k in keys])
+                                                    for j in range(len(self._cache[keys[0]]))]
+        return tuple(torch.from_numpy(part).to(device) for part in parts)
+
+    def keys(self, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The projected words (B, W, T) and their mask (B, W)."""
+        vectors, mask, *colours = self.lookup(text)
+        if not self.colour_words:
+            return self.project(vectors), mask
+        lab = colours[0]
+        named = lab[..., -1:]                                                 # (B, W, 1): names a colour
+        if self.training and self.colour_jitter:
+            noise = torch.randn_like(lab) * (self.colour_jitter / 50)         # features are CIELAB / 50
+            lab = lab + noise * named * lab.new_tensor([1.0, 1.0, 1.0, 0.0])
+        keys = self.project(vectors * (1 - named)) + self.project_colour(lab)  # a colour word by its colour alone
+        return keys, torch.maximum(mask, named.squeeze(-1))
 
     def forward(self, text: torch.Tensor) -> torch.Tensor:
-        vectors, mask = self.lookup(text)
-        keys = self.project(vectors)                                          # (B, W, T)
+        keys, mask = self.keys(text)                                          # (B, W, T), (B, W)
         scores = torch.einsum("bwt,ht->bhw", keys, self.queries) / math.sqrt(keys.shape[-1])
         scores = scores.masked_fill(mask.unsqueeze(1) == 0, -1e9)
         attn = torch.softmax(scores, dim=-1) * mask.amax(-1).view(-1, 1, 1)   # all-unknown sentence: zero pooling
@@ -173,7 +209,8 @@ class VLAPolicy(FlowChunkPolicy):
         if not image_keys(obs_spec):
             raise ValueError(f"policy=vla needs at least one camera; the task's observations are "
                              f"{sorted(obs_spec.arrays)} (task.cameras=[front,wrist])")
-        self.text = InstructionEncoder(c.max_words, c.text_features, c.text_heads, c.text_encoder)
+        self.text = InstructionEncoder(c.max_words, c.text_features, c.text_heads, c.text_encoder, c.colour_words,
+                                       c.colour_jitter)
         if c.camera_encoder in CONDITIONED:
             camera = functools.partial(CONDITIONED[c.camera_encoder], text_features=self.text.out_dim)
         elif c.camera_encoder == "conv":
