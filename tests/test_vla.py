@@ -250,6 +250,25 @@ def test_colour_words_are_the_surveys_colours_in_cielab_aligned_with_the_words()
     np.testing.assert_allclose(features[0, 3, :3], [lab[0] / 50 - 1, lab[1] / 50, lab[2] / 50], rtol=1e-6)
 
 
+def test_the_instruction_cache_starting_again_keeps_the_batch_it_serves():
+    from robolearn.policies.vla import InstructionEncoder
+    encoder = InstructionEncoder(max_words=6, features=8, heads=2, colour_words=True)
+    encoder.cache_size = 2
+    sentences = ["pick up the red cube", "lift the blue cube", "raise the green cube", "pick the crimson cube up"]
+
+    def batch(*which):
+        return torch.as_tensor(np.stack([encode_text(sentences[i], INSTRUCTION_BYTES) for i in which]))
+
+    encoder.lookup(batch(0, 1))
+    vectors, mask, colours = encoder.lookup(batch(0, 2, 3))  # sentence 0 was cached before the cache starts again
+    fresh = InstructionEncoder(max_words=6, features=8, heads=2, colour_words=True).lookup(batch(0, 2, 3))
+    for got, expected in zip((vectors, mask, colours), fresh, strict=True):
+        torch.testing.assert_close(got, expected)
+    assert colours[2, :, 3].tolist() == [0, 0, 1, 0, 0, 0]  # "pick the crimson cube up": one colour word
+    empty = encoder.lookup(torch.zeros((0, INSTRUCTION_BYTES), dtype=torch.uint8))
+    assert [tuple(part.shape) for part in empty] == [(0, 6, 300), (0, 6), (0, 6, 4)]
+
+
 def test_colour_words_are_refused_with_word_pieces_and_a_negative_jitter():
     with pytest.raises(ValueError, match="colour_words reads whole words"):
         VLAPolicyConfig(colour_words=True, text_encoder="minilm")

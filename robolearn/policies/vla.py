@@ -148,6 +148,7 @@ class InstructionEncoder(nn.Module):
         self.out = nn.Sequential(nn.Linear(heads * features, features), nn.LayerNorm(features), nn.Tanh())
         self.out_dim = features
         self._cache: dict[bytes, tuple[np.ndarray, ...]] = {}  # sentence bytes -> vectors, mask (, colours)
+        self.cache_size = 4096                                  # sentences kept
 
     def _encode(self, texts: list[str]) -> tuple[np.ndarray, ...]:
         vectors, mask = self._table.encode(texts, self.max_words)
@@ -159,15 +160,19 @@ class InstructionEncoder(nn.Module):
         sentence is encoded once (new ones of a batch together), then cached."""
         rows = text.cpu().numpy()
         keys = [row.tobytes() for row in rows]
+        device = self.project.weight.device
+        if not keys:  # zero-length arrays of each part, without running the encoder
+            shapes = [(self.max_words, self._table.width), (self.max_words,)]
+            shapes += [(self.max_words, COLOUR_FEATURES)] if self.colour_words else []
+            return tuple(torch.zeros((0, *shape), device=device) for shape in shapes)
         new = {k: row for k, row in zip(keys, rows, strict=True) if k not in self._cache}  # each sentence once
         if new:
-            if len(self._cache) + len(new) > 4096:  # instructions repeat; a stream of new ones must not grow it forever
-                self._cache.clear()
+            if len(self._cache) + len(new) > self.cache_size:  # instructions repeat; a stream of new ones must not
+                self._cache.clear()                            # grow it forever: start again with this batch's
+                new = dict(zip(keys, rows, strict=True))
             parts = self._encode([decode_text(row) for row in new.values()])
             self._cache.update({k: tuple(part[i] for part in parts) for i, k in enumerate(new)})
-        device = self.project.weight.device
-        parts = self._encode([]) if not keys else [np.stack([self._cache[k][j] for k in keys])
-                                                    for j in range(len(self._cache[keys[0]]))]
+        parts = [np.stack([self._cache[k][j] for k in keys]) for j in range(len(self._cache[keys[0]]))]
         return tuple(torch.from_numpy(part).to(device) for part in parts)
 
     def keys(self, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -180,7 +185,8 @@ class InstructionEncoder(nn.Module):
         if self.training and self.colour_jitter:
             noise = torch.randn_like(lab) * (self.colour_jitter / 50)         # features are CIELAB / 50
             lab = lab + noise * named * lab.new_tensor([1.0, 1.0, 1.0, 0.0])
-        keys = self.project(vectors * (1 - named)) + self.project_colour(lab)  # a colour word by its colour alone
+        # a colour word by its colour alone (P_c's bias reaches every word, like P's)
+        keys = self.project(vectors * (1 - named)) + self.project_colour(lab)
         return keys, torch.maximum(mask, named.squeeze(-1))
 
     def forward(self, text: torch.Tensor) -> torch.Tensor:
