@@ -28,7 +28,7 @@ from the front and wrist cameras, 64 px, without shadows), domain randomisation 
 
 Goals (issue 18): ``vla_success`` >= 0.8, ``vla_paraphrase_success`` >= 0.7 (medians over policies).
 ``dsrl_success_gain`` is measured by ``make bench-vla-dsrl`` (``benchmarks/vla_dsrl.py``), from this benchmark's policy
-0 (trained again there, or its saved checkpoint with ``--base``). Of the 36 paraphrases, 13 keep the trained colour
+0 (trained again there, or its saved checkpoint with ``--base``). Of the 36 paraphrases, 14 keep the trained colour
 word and change the rest; the others use another word for the colour. ``vla_inference_ms``: each sample is one round,
 from the first robot's submit until every robot has its chunk (with 4 robots: the slowest of the 4), the server and the
 clients in one thread of this process.
@@ -158,12 +158,12 @@ def behaviour_clone(env: PickCubeEnv, data: ChunkDataset, config: VLAPolicyConfi
 
 
 def bc_settings(config: VLAPolicyConfig, seed: int, demos: int, perturb: Perturbation, steps: int,
-                batch_size: int) -> dict:
+                batch_size: int, scene: str = "cameras") -> dict:
     """What ``behaviour_clone`` trained policy ``seed`` from and how, as JSON values (saved beside its checkpoint as
     ``bc.json``; bench-vla-dsrl checks its ``--base`` against them)."""
     return json.loads(json.dumps({"seed": seed, "demos": demos, "demo_seeds": f"{DEMO_SEED}..{DEMO_SEED + demos - 1}",
-                                  "perturbation": vars(perturb), "bc_steps": steps, "batch_size": batch_size,
-                                  "policy": vars(config)}))
+                                  "scene": scene, "perturbation": vars(perturb), "bc_steps": steps,
+                                  "batch_size": batch_size, "policy": vars(config)}))
 
 
 def save_policy(folder: Path, policy: VLAPolicy, settings: dict, record: dict) -> Path:
@@ -267,7 +267,7 @@ def main() -> None:
         policy, record = behaviour_clone(env, data, config, seed, args.bc_steps, args.batch_size)
         bc.append(record)
         save_policy(workdir / f"policy-{seed}", policy,
-                    bc_settings(config, seed, args.demos, perturb, args.bc_steps, args.batch_size), record)
+                    bc_settings(config, seed, args.demos, perturb, args.bc_steps, args.batch_size, args.scene), record)
         runner = ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim)
         t1 = time.perf_counter()
         trained = evaluate(env, runner, args.episodes, args.eval_seed)

@@ -104,8 +104,12 @@ def check_base(base: Path, expected: dict) -> dict:
     """The ``bc.json`` saved beside ``base`` (vla.py's ``saved_bc``); SystemExit naming each setting in which it differs
     from ``expected`` (``bc_settings`` of the BC start this run would train)."""
     saved = saved_bc(base)
-    differs = [f"{k} {saved['settings'].get(k)!r} (this run's: {v!r})" for k, v in expected.items()
-               if saved["settings"].get(k) != v]
+
+    def flat(settings: dict) -> dict:  # "policy.camera_strides": ..., so a difference names its field
+        return {f"{k}.{sub}" if isinstance(v, dict) else k: w for k, v in settings.items()
+                for sub, w in (v.items() if isinstance(v, dict) else [(None, v)])}
+    had = flat(saved["settings"])
+    differs = [f"{k} {had.get(k)!r} (this run's: {v!r})" for k, v in flat(expected).items() if had.get(k) != v]
     if differs:
         raise SystemExit(f"--base {base} is not the BC start this run would train; it differs in " + "; ".join(differs))
     return saved

@@ -59,5 +59,7 @@ def test_a_base_is_taken_only_with_the_bc_settings_this_run_would_train(tmp_path
         check_base(ckpt, bc_settings(config, 1, DEMOS, PERTURB, BC_STEPS, 128))
     with pytest.raises(SystemExit, match=r"bc_steps 12000 \(this run's: 6000\)"):
         check_base(ckpt, bc_settings(config, 0, DEMOS, PERTURB, 6000, 128))
-    with pytest.raises(SystemExit, match="policy"):
+    with pytest.raises(SystemExit, match=r"in policy\.camera_strides \[2, 2, 1, 1\] \(this run's: \[2, 1, 1, 1\]\)$"):
         check_base(ckpt, bc_settings(policy_config(camera_strides=[2, 1, 1, 1]), 0, DEMOS, PERTURB, BC_STEPS, 128))
+    with pytest.raises(SystemExit, match=r"scene 'cameras' \(this run's: 'state'\)"):
+        check_base(ckpt, bc_settings(config, 0, DEMOS, PERTURB, BC_STEPS, 128, scene="state"))
