@@ -51,7 +51,7 @@ from common import RESULTS, goal, run_command, spread, write_result  # noqa: E40
 
 from robolearn.actor.chunking import ChunkExecutor, ChunkingConfig  # noqa: E402
 from robolearn.actor.episode import EpisodeLoop, SeedTorch  # noqa: E402
-from robolearn.checkpoint import Checkpoint, save_checkpoint  # noqa: E402
+from robolearn.checkpoint import save_policy_checkpoint  # noqa: E402
 from robolearn.clock import DelaySampler, SimClock  # noqa: E402
 from robolearn.inference.client import RemoteClient, SimulatedLatencyClient  # noqa: E402
 from robolearn.inference.protocol import ChunkRequest  # noqa: E402
@@ -170,7 +170,7 @@ def save_policy(folder: Path, policy: VLAPolicy, settings: dict, record: dict) -
     """``folder``/checkpoints/latest.pt, a robolearn checkpoint of ``policy`` (``policy.base_checkpoint`` of a DSRL
     run takes it), and ``folder``/bc.json: its ``bc_settings`` and its BC record (loss, time); the checkpoint's path."""
     path = folder / "checkpoints" / "latest.pt"
-    save_checkpoint(path, Checkpoint({"actor": policy.state_dict()}, 1, 0, {}, torch.get_rng_state()))
+    save_policy_checkpoint(path, policy.state_dict())
     (folder / "bc.json").write_text(json.dumps({"settings": settings, "bc": record}, indent=1) + "\n")
     return path
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from robolearn.checkpoint import Checkpoint, save_checkpoint
+from robolearn.checkpoint import save_policy_checkpoint
 from robolearn.learner.dsrl import DSRL, DSRLConfig
 from robolearn.learner.feature_cache import FeatureCache
 from robolearn.policies.dsrl import DSRLPolicy, DSRLPolicyConfig
@@ -25,7 +25,7 @@ def _base_checkpoint(tmp_path, config: FlowChunkPolicyConfig = BASE) -> str:
     torch.manual_seed(1)
     base = FlowChunkPolicy(OBS, ACT, config)
     path = tmp_path / "bc" / "checkpoints" / "latest.pt"
-    save_checkpoint(path, Checkpoint({"actor": base.state_dict()}, 1, 0, {}, torch.get_rng_state()))
+    save_policy_checkpoint(path, base.state_dict())
     return str(path)
 
 
@@ -124,7 +124,7 @@ def test_a_dsrl_learner_on_reach_resumes_exactly_and_never_changes_the_flow_poli
     bc = validate(_cfg(task="reach", policy="flow_chunk", algo="habc", **{f"policy.{k}": v for k, v in base.items()}))
     flow = build_policy(bc, *task_specs(bc))  # stands in for a trained one: DSRL treats any as frozen
     path = tmp_path / "bc" / "checkpoints" / "latest.pt"
-    save_checkpoint(path, Checkpoint({"actor": flow.state_dict()}, 1, 0, {}, torch.get_rng_state()))
+    save_policy_checkpoint(path, flow.state_dict())
     cfg = validate(_cfg(task="reach", policy="dsrl", algo="dsrl", run_name="dsrl", **{
         **{f"policy.base.{k}": v for k, v in base.items()}, "policy.base_checkpoint": str(path),
         "policy.hidden_dims": "[32,32]", "algo.critic_hidden_dims": "[32,32]", "learner.batch_size": "32"}))
@@ -164,7 +164,7 @@ def test_robolearn_run_steers_a_bc_flow_policy_and_leaves_it_unchanged(tmp_path)
     train_bc(flow, expert_demos(env, 20, flow.horizon), steps=300, batch_size=128)
     env.close()
     path = tmp_path / "runs" / "bc" / "checkpoints" / "latest.pt"
-    save_checkpoint(path, Checkpoint({"actor": flow.state_dict()}, 1, 0, {}, torch.get_rng_state()))
+    save_policy_checkpoint(path, flow.state_dict())
 
     overrides = [o for o in fast_run_overrides("dsrl", 0.5) if not o.startswith("policy.hidden_dims")]
     r = robolearn(["run", *overrides, "policy=dsrl", "algo=dsrl", f"policy.base_checkpoint={path}",

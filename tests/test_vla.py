@@ -12,7 +12,7 @@ import torch
 
 from robolearn.buffer.lerobot_io import import_lerobot
 from robolearn.buffer.replay_buffer import ReplayBuffer
-from robolearn.checkpoint import Checkpoint, save_checkpoint
+from robolearn.checkpoint import save_policy_checkpoint
 from robolearn.config import ConfigError, check_buildable, compose, validate
 from robolearn.inference.client import RemoteClient
 from robolearn.inference.protocol import ChunkRequest, MidObservation, mid_to_wire
@@ -312,7 +312,7 @@ def dsrl_on_a_tiny_vla(env, tmp_path, seed: int) -> tuple[VLAPolicy, DSRLPolicy]
     loads it)."""
     vla = tiny_vla(env, seed=seed)
     path = tmp_path / "bc" / "checkpoints" / "latest.pt"
-    save_checkpoint(path, Checkpoint({"actor": vla.state_dict()}, 1, 0, {}, torch.get_rng_state()))
+    save_policy_checkpoint(path, vla.state_dict())
     return vla, DSRLPolicy(env.observation_spec, env.action_spec, DSRLPolicyConfig(
         base=tiny_config(name="vla"), base_checkpoint=str(path), hidden_dims=[32, 32]))
 
