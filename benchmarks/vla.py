@@ -263,11 +263,14 @@ def main() -> None:
     assert not heard, f"paraphrases in the training data: {heard}"
     paraphrase_env = make_env(PARAPHRASES, args.scene == "state")
     results, bc, policies = [], [], []
+
+    def settings_of(seed: int) -> dict:
+        return bc_settings(config, seed, args.demos, perturb, args.bc_steps, args.batch_size, args.scene)
+
     for seed in range(args.policies):
         policy, record = behaviour_clone(env, data, config, seed, args.bc_steps, args.batch_size)
         bc.append(record)
-        save_policy(workdir / f"policy-{seed}", policy,
-                    bc_settings(config, seed, args.demos, perturb, args.bc_steps, args.batch_size, args.scene), record)
+        save_policy(workdir / f"policy-{seed}", policy, settings_of(seed), record)
         runner = ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim)
         t1 = time.perf_counter()
         trained = evaluate(env, runner, args.episodes, args.eval_seed)
@@ -299,10 +302,8 @@ def main() -> None:
                         success=success, success_per_colour=per_colour, paraphrase_success=para,
                         paraphrase_success_per_colour=para_colour, vla_inference_ms=latency, runs=results, bc=bc,
                         parameters=sum(p.numel() for p in policies[0].parameters()),
-                        settings={"policy": vars(config), "scene": args.scene, "execute_horizon": EXECUTE,
-                                  "demos": args.demos, "perturbation": vars(perturb),
-                                  "demo_seeds": f"{DEMO_SEED}..{DEMO_SEED + args.demos - 1}",
-                                  "bc_steps": args.bc_steps, "batch_size": args.batch_size,
+                        settings={**{k: v for k, v in settings_of(0).items() if k != "seed"},
+                                  "execute_horizon": EXECUTE,
                                   "eval_seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}",
                                   "camera_size": CAMERA_SIZE, "train_templates": TRAIN_TEMPLATES,
                                   "paraphrases": PARAPHRASES, "threads": 2})
