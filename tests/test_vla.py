@@ -248,6 +248,11 @@ def test_colour_words_are_the_surveys_colours_in_cielab_aligned_with_the_words()
     assert features[0, :, 3].tolist() == [0, 0, 0, 1, 0, 0] and not features[1:].any()
     lab = table["crimson"]
     np.testing.assert_allclose(features[0, 3, :3], [lab[0] / 50 - 1, lab[1] / 50, lab[2] / 50], rtol=1e-6)
+    # a colour name that is also a noun: the noun when it ends an instruction that names a colour before it
+    nouns = colour_features(["collect the green brick", "grab the cherry red cube", "fetch the brick one",
+                             "pick up the brick"], max_words=6)
+    assert nouns[:, :, 3].tolist() == [[0, 0, 1, 0, 0, 0], [0, 0, 1, 1, 0, 0], [0, 0, 1, 0, 0, 0],
+                                       [0, 0, 0, 1, 0, 0]]
 
 
 def test_the_instruction_cache_starting_again_keeps_the_batch_it_serves():

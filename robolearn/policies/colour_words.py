@@ -10,7 +10,9 @@ Static word vectors know little of colours: "crimson" and "scarlet" share one ve
 
 CIELAB because distances in it follow how different two colours look: "crimson" is 40 from "red" and 118 from
 "blue". Words are cut as the word vectors cut them (``text_encoder.words``), so the features line up with the
-vectors. Some names are nouns too ("brick", "sand", "tea"); they read as colours as well.
+vectors. Some names are nouns too ("brick", "sand", "tea"). Colour words come before the noun they describe, so an
+instruction's last word, when an earlier word already names a colour, is taken as its noun: "the green brick" names
+green alone. Elsewhere such a word reads as a colour ("fetch the brick one").
 """
 
 from __future__ import annotations
@@ -49,13 +51,18 @@ def colour_table() -> dict[str, np.ndarray]:
 
 
 def colour_features(texts: list[str], max_words: int) -> np.ndarray:
-    """texts -> (B, max_words, FEATURES) float32: each word's colour features, zeros for a word that names none and
-    for padding. Words past ``max_words`` are dropped, as the word vectors drop them."""
+    """texts -> (B, max_words, FEATURES) float32: each word's colour features, zeros for a word that names none, for
+    the noun that ends an instruction already naming a colour, and for padding. Words past ``max_words`` are
+    dropped, as the word vectors drop them."""
     table = colour_table()
     out = np.zeros((len(texts), max_words, FEATURES), np.float32)
     for b, text in enumerate(texts):
-        for w, word in enumerate(words(text)[:max_words]):
-            lab = table.get(word)
-            if lab is not None:
+        said = words(text)
+        named = [w for w, word in enumerate(said) if word in table]
+        if len(named) > 1 and named[-1] == len(said) - 1:
+            named.pop()  # "the green brick": the last word is the noun the colour words describe
+        for w in named:
+            if w < max_words:
+                lab = table[said[w]]
                 out[b, w] = (lab[0] / 50 - 1, lab[1] / 50, lab[2] / 50, 1.0)
     return out
