@@ -274,6 +274,24 @@ def test_the_instruction_cache_starting_again_keeps_the_batch_it_serves():
     assert [tuple(part.shape) for part in empty] == [(0, 6, 300), (0, 6), (0, 6, 4)]
 
 
+def test_a_colour_word_without_a_word_vector_still_counts_by_its_colour():
+    from robolearn.policies.text_encoder import word_vectors
+    from robolearn.policies.vla import InstructionEncoder
+    assert word_vectors().row("darkblue") is None  # a survey name that the word vectors do not hold
+    said = torch.as_tensor(np.stack([encode_text(t, INSTRUCTION_BYTES)
+                                     for t in ("pick up the darkblue cube", "pick up the cube")]))
+    torch.manual_seed(0)
+    plain = InstructionEncoder(max_words=6, features=8, heads=2).eval()
+    _, mask = plain.keys(said)
+    assert mask[0].tolist() == [1, 1, 1, 0, 1, 0]  # without colour words the unknown word is dropped ...
+    torch.testing.assert_close(plain(said)[0], plain(said)[1])  # ... and the sentence is "pick up the cube"
+    torch.manual_seed(0)
+    coloured = InstructionEncoder(max_words=6, features=8, heads=2, colour_words=True).eval()
+    _, mask = coloured.keys(said)
+    assert mask[0].tolist() == [1, 1, 1, 1, 1, 0]
+    assert not torch.allclose(coloured(said)[0], coloured(said)[1])
+
+
 def test_colour_words_are_refused_with_word_pieces_and_a_negative_jitter():
     with pytest.raises(ValueError, match="colour_words reads whole words"):
         VLAPolicyConfig(colour_words=True, text_encoder="minilm")
