@@ -48,7 +48,7 @@ def save_checkpoint(path: Path, ckpt: Checkpoint) -> None:
 def save_policy_checkpoint(path: Path, weights: dict[str, torch.Tensor]) -> None:
     """A checkpoint of a policy trained outside a run (offline BC, a benchmark, a test): its weights as the
     actor, published as version 1 with no online steps and no replay state; ``robolearn eval``, the policy
-    server and a frozen base (``policy.base.checkpoint``) read it like a run's."""
+    server and a frozen base (``policy.base_checkpoint``) read it like a run's."""
     save_checkpoint(path, Checkpoint({"actor": weights}, 1, 0, {}, torch.get_rng_state()))
 
 
