@@ -5,8 +5,12 @@ Static word vectors know little of colours: "crimson" and "scarlet" share one ve
 
     word -> its sRGB in the XKCD colour survey (949 names that people gave to colours; CC0), as matplotlib's wheel
             ships it (``matplotlib.colors.XKCD_COLORS``), one-word names only
-         -> CIELAB (D65 white)  ->  features [L / 50 - 1, a / 50, b / 50, 1]
+         -> CIELAB (D65 white)  ->  features SCALE * [L - 50, a, b, 50]
     any other word -> zeros
+
+SCALE = 1/2 makes a colour word's features (norm 35-54 for bench-vla's) as large as a word vector (28-134), so its key
+starts on a par with the other words'. At 1/50 (norm about 2) the colour words' keys started small, BC's loss stayed
+higher all through training and success fell (docs/algorithms.md, "VLA").
 
 CIELAB because distances in it follow how different two colours look: "crimson" is 40 from "red" and 118 from
 "blue". Words are cut as the word vectors cut them (``text_encoder.words``), so the features line up with the
@@ -24,6 +28,8 @@ import numpy as np
 from robolearn.policies.text_encoder import words
 
 FEATURES = 4  # L, a, b (scaled) and a flag: this word names a colour
+SCALE = 0.5   # features per CIELAB unit
+FLAG = 50 * SCALE  # the last feature of a word that names a colour (0 for any other)
 D65 = np.array([0.95047, 1.0, 1.08883])
 SRGB_TO_XYZ = np.array([[0.4124, 0.3576, 0.1805],
                         [0.2126, 0.7152, 0.0722],
@@ -64,5 +70,5 @@ def colour_features(texts: list[str], max_words: int) -> np.ndarray:
         for w in named:
             if w < max_words:
                 lab = table[said[w]]
-                out[b, w] = (lab[0] / 50 - 1, lab[1] / 50, lab[2] / 50, 1.0)
+                out[b, w] = (SCALE * (lab[0] - 50), SCALE * lab[1], SCALE * lab[2], FLAG)
     return out

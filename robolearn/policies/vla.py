@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from robolearn.policies.colour_words import FEATURES as COLOUR_FEATURES
+from robolearn.policies.colour_words import SCALE as COLOUR_SCALE
 from robolearn.policies.colour_words import colour_features, colour_table
 from robolearn.policies.encoders import (
     DRQ_STRIDES,
@@ -130,8 +131,8 @@ class InstructionEncoder(nn.Module):
     known word gives the features of zero pooling; the language model always has its [CLS] and [SEP] pieces.
 
     ``colour_words`` (word vectors only): a word that names a colour is read by its colour instead of its vector,
-    key = P_c [L; a; b; 1] (``policies.colour_words``), and in training each colour word's L, a and b get N(0,
-    ``colour_jitter``^2) (CIELAB units), so that a colour word the demos never said lands among the trained ones by
+    key = P_c SCALE [L - 50; a; b; 50] (``policies.colour_words``), and in training each colour word's L, a and b get
+    N(0, ``colour_jitter``^2) (CIELAB units), so that a colour word the demos never said lands among the trained ones by
     how it looks."""
 
     def __init__(self, max_words: int, features: int, heads: int, backbone: str = "word_vectors",
@@ -181,9 +182,9 @@ class InstructionEncoder(nn.Module):
         if not self.colour_words:
             return self.project(vectors), mask
         lab = colours[0]
-        named = lab[..., -1:]                                                 # (B, W, 1): names a colour
+        named = (lab[..., -1:] > 0).to(lab.dtype)                             # (B, W, 1): names a colour
         if self.training and self.colour_jitter:
-            noise = torch.randn_like(lab) * (self.colour_jitter / 50)         # features are CIELAB / 50
+            noise = torch.randn_like(lab) * (self.colour_jitter * COLOUR_SCALE)  # features are CIELAB * SCALE
             lab = lab + noise * named * lab.new_tensor([1.0, 1.0, 1.0, 0.0])
         # a colour word by its colour alone (P_c's bias reaches every word, like P's)
         keys = self.project(vectors * (1 - named)) + self.project_colour(lab)
