@@ -14,7 +14,9 @@ from the front and wrist cameras, 64 px, without shadows), domain randomisation 
    heading for another cube for a few ticks (the expert's plan for it) before the expert turns to the asked one, which
    is what makes the policy act on the instruction. ``--policies`` VLAs are
    behaviour-cloned on them (``learner.bc.train_bc``; seed i sets the initial weights and the batch order), each saved
-   to ``--workdir``/policy-<i> (a robolearn checkpoint and ``bc.json``, what it was trained from).
+   to ``--workdir``/policy-<i> (a robolearn checkpoint and ``bc.json``, what it was trained from). A policy that
+   ``--workdir`` already holds is loaded instead of trained when its ``bc.json`` names this run's settings (a run that
+   stopped goes on where it was; with all policies saved no demos are recorded), and refused when it names others.
 2. Each policy runs ``--episodes`` evaluation episodes on seeds from 910000 (never used while developing: that was
    seeds 50000..50199; the range was 900000 until a development policy was evaluated on it once) through the
    actors' episode loop and chunk executor, sync mode (the robot holds while each chunk is computed, zero simulated
@@ -51,7 +53,7 @@ from common import RESULTS, goal, run_command, spread, write_result  # noqa: E40
 
 from robolearn.actor.chunking import ChunkExecutor, ChunkingConfig  # noqa: E402
 from robolearn.actor.episode import EpisodeLoop, SeedTorch  # noqa: E402
-from robolearn.checkpoint import save_policy_checkpoint  # noqa: E402
+from robolearn.checkpoint import load_checkpoint, save_policy_checkpoint  # noqa: E402
 from robolearn.clock import DelaySampler, SimClock  # noqa: E402
 from robolearn.inference.client import RemoteClient, SimulatedLatencyClient  # noqa: E402
 from robolearn.inference.protocol import ChunkRequest  # noqa: E402
@@ -175,13 +177,35 @@ def save_policy(folder: Path, policy: VLAPolicy, settings: dict, record: dict) -
     return path
 
 
-def saved_bc(checkpoint: Path) -> dict:
-    """The ``bc.json`` that ``save_policy`` wrote beside ``checkpoint`` (SystemExit naming it when there is none)."""
+def saved_bc(checkpoint: Path, expected: dict, role: str) -> dict:
+    """The ``bc.json`` that ``save_policy`` wrote beside ``checkpoint``; SystemExit naming it when there is none, or
+    naming each setting in which it differs from ``expected`` (the ``bc_settings`` this run would train with).
+    ``role`` says where the checkpoint came from ("--base")."""
     path = checkpoint.parent.parent / "bc.json"
     if not path.is_file():
-        raise SystemExit(f"{checkpoint}: no {path} saying what the policy was trained from (bench-vla --workdir and "
-                         "bench-vla-dsrl save one beside each policy's checkpoints folder)")
-    return json.loads(path.read_text())
+        raise SystemExit(f"{role} {checkpoint}: no {path} saying what the policy was trained from (bench-vla "
+                         "--workdir and bench-vla-dsrl save one beside each policy's checkpoints folder)")
+    saved = json.loads(path.read_text())
+
+    def flat(settings: dict) -> dict:  # "policy.camera_strides": ..., so a difference names its field
+        return {f"{k}.{sub}" if isinstance(v, dict) else k: w for k, v in settings.items()
+                for sub, w in (v.items() if isinstance(v, dict) else [(None, v)])}
+    had = flat(saved["settings"])
+    differs = [f"{k} {had.get(k)!r} (this run's: {v!r})" for k, v in flat(expected).items() if had.get(k) != v]
+    if differs:
+        raise SystemExit(f"{role} {checkpoint} is not the policy this run would train; it differs in "
+                         + "; ".join(differs))
+    return saved
+
+
+def load_policy(env: PickCubeEnv, config: VLAPolicyConfig, checkpoint: Path, expected: dict,
+                role: str) -> tuple[VLAPolicy, dict]:
+    """The policy ``save_policy`` saved at ``checkpoint``, once its ``bc.json`` names ``expected`` (``saved_bc``),
+    and its BC record with the checkpoint's path."""
+    record = {"checkpoint": str(checkpoint), **saved_bc(checkpoint, expected, role)["bc"]}
+    policy = VLAPolicy(env.observation_spec, env.action_spec, config)
+    policy.load_state_dict(load_checkpoint(checkpoint).policy_weights)  # bc.json vouches for the settings
+    return policy, record
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -257,20 +281,31 @@ def main() -> None:
     train = {c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}
     env = make_env(train, args.scene == "state")
     perturb = Perturbation(fraction=args.perturb, decoy=args.decoy)  # zero fractions perturb nothing, draw nothing
-    data = record_demos(env, args.demos, perturb)
-    said = {bytes(row).split(b"\0")[0].decode() for row in data.observations["instruction"]}
-    heard = {p for ps in PARAPHRASES.values() for p in ps} & said
-    assert not heard, f"paraphrases in the training data: {heard}"
-    paraphrase_env = make_env(PARAPHRASES, args.scene == "state")
-    results, bc, policies = [], [], []
 
     def settings_of(seed: int) -> dict:
         return bc_settings(config, seed, args.demos, perturb, args.bc_steps, args.batch_size, args.scene)
 
+    # a policy that --workdir already holds, trained with this run's settings, is evaluated as saved (a run that
+    # stopped part-way goes on from its last saved policy); one trained otherwise stops the run before any work
+    saved = {seed: path for seed in range(args.policies)
+             if (path := workdir / f"policy-{seed}" / "checkpoints" / "latest.pt").is_file()}
+    for seed, path in saved.items():
+        saved_bc(path, settings_of(seed), "--workdir's")
+    data = record_demos(env, args.demos, perturb) if len(saved) < args.policies else None
+    if data is not None:
+        said = {bytes(row).split(b"\0")[0].decode() for row in data.observations["instruction"]}
+        heard = {p for ps in PARAPHRASES.values() for p in ps} & said
+        assert not heard, f"paraphrases in the training data: {heard}"
+    paraphrase_env = make_env(PARAPHRASES, args.scene == "state")
+    results, bc, policies = [], [], []
     for seed in range(args.policies):
-        policy, record = behaviour_clone(env, data, config, seed, args.bc_steps, args.batch_size)
+        if seed in saved:
+            policy, record = load_policy(env, config, saved[seed], settings_of(seed), "--workdir's")
+            print(f"policy {seed}: loaded from {saved[seed]}", flush=True)
+        else:
+            policy, record = behaviour_clone(env, data, config, seed, args.bc_steps, args.batch_size)
+            save_policy(workdir / f"policy-{seed}", policy, settings_of(seed), record)
         bc.append(record)
-        save_policy(workdir / f"policy-{seed}", policy, settings_of(seed), record)
         runner = ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim)
         t1 = time.perf_counter()
         trained = evaluate(env, runner, args.episodes, args.eval_seed)

@@ -63,11 +63,11 @@ from vla import (  # noqa: E402
     bc_settings,
     behaviour_clone,
     evaluate,
+    load_policy,
     policy_config,
     record_demos,
     results_folder,
     save_policy,
-    saved_bc,
     task_config,
 )
 
@@ -76,7 +76,7 @@ from robolearn.checkpoint import load_checkpoint  # noqa: E402
 from robolearn.config import load_run_config  # noqa: E402
 from robolearn.inference.runner import ChunkPolicyRunner  # noqa: E402
 from robolearn.policies.dsrl import DSRLPolicy, DSRLPolicyConfig  # noqa: E402
-from robolearn.policies.vla import VLAPolicy, VLAPolicyConfig  # noqa: E402
+from robolearn.policies.vla import VLAPolicyConfig  # noqa: E402
 from robolearn.runtime.builtins import register_builtins  # noqa: E402
 from robolearn.sim.cube_tasks import PickCubeColorConfig, PickCubeEnv  # noqa: E402
 
@@ -100,21 +100,6 @@ def base_overrides(config: VLAPolicyConfig) -> list[str]:
         if value != getattr(default, key):
             out.append(f"policy.base.{key}={json.dumps(value) if isinstance(value, list | str) else value}")
     return out
-
-
-def check_base(base: Path, expected: dict) -> dict:
-    """The ``bc.json`` saved beside ``base`` (vla.py's ``saved_bc``); SystemExit naming each setting in which it differs
-    from ``expected`` (``bc_settings`` of the BC start this run would train)."""
-    saved = saved_bc(base)
-
-    def flat(settings: dict) -> dict:  # "policy.camera_strides": ..., so a difference names its field
-        return {f"{k}.{sub}" if isinstance(v, dict) else k: w for k, v in settings.items()
-                for sub, w in (v.items() if isinstance(v, dict) else [(None, v)])}
-    had = flat(saved["settings"])
-    differs = [f"{k} {had.get(k)!r} (this run's: {v!r})" for k, v in flat(expected).items() if had.get(k) != v]
-    if differs:
-        raise SystemExit(f"--base {base} is not the BC start this run would train; it differs in " + "; ".join(differs))
-    return saved
 
 
 def dsrl_run(workdir: Path, base: Path, task: PickCubeColorConfig, config: VLAPolicyConfig, seed: int,
@@ -211,9 +196,7 @@ def main() -> None:
         base = save_policy(workdir / "bc", policy, settings, bc_record)
         print(f"BC start saved to {base} (loss {bc_record['final_loss']}, {bc_record['seconds']:.0f} s)", flush=True)
     else:
-        bc_record = {"checkpoint": str(base), **check_base(base, settings)["bc"]}
-        policy = VLAPolicy(env.observation_spec, env.action_spec, config)
-        policy.load_state_dict(load_checkpoint(base).policy_weights)  # bc.json vouches for the settings
+        policy, bc_record = load_policy(env, config, base, settings, "--base")
     start = {k: v.clone() for k, v in policy.state_dict().items()}
     before = held_out(policy)
     zero = held_out(zero_noise(env, config, start))

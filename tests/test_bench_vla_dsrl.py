@@ -1,7 +1,9 @@
-"""bench-vla-dsrl's BC start: a ``--base`` saved by bench-vla is taken only with the settings the run would train it
-with, and those settings reach the shipped CLI run's ``policy.base`` through its overrides (benchmarks/vla_dsrl.py
-``check_base``, ``base_overrides``), so the run's frozen VLA is the network the checkpoint's weights fit."""
+"""bench-vla's saved policies: bench-vla-dsrl's ``--base`` and a policy bench-vla's ``--workdir`` already holds are
+taken only with the settings the run would train them with (benchmarks/vla.py ``load_policy``), and those settings
+reach the shipped CLI run's ``policy.base`` through its overrides (vla_dsrl.py ``base_overrides``), so the run's
+frozen VLA is the network the checkpoint's weights fit."""
 
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -21,11 +23,12 @@ from vla import (  # noqa: E402
     PERTURB,
     TRAIN_TEMPLATES,
     bc_settings,
+    load_policy,
     make_env,
     policy_config,
     save_policy,
 )
-from vla_dsrl import base_overrides, check_base  # noqa: E402
+from vla_dsrl import base_overrides  # noqa: E402
 
 
 def run_base(overrides: list[str]):
@@ -42,6 +45,15 @@ def test_the_benchmarks_vla_settings_compose_into_the_runs_frozen_base():
 
 
 
+def check_base(ckpt: Path, settings: dict) -> dict:
+    env = make_env({c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}, scene_state=False)
+    try:
+        policy, record = load_policy(env, policy_config(), ckpt, settings, "--base")
+    finally:
+        env.close()
+    return {"weights": policy.state_dict(), "bc": record}
+
+
 def test_a_base_is_taken_only_with_the_bc_settings_this_run_would_train(tmp_path):
     env = make_env({c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}, scene_state=False)
     config = policy_config()
@@ -54,7 +66,9 @@ def test_a_base_is_taken_only_with_the_bc_settings_this_run_would_train(tmp_path
     assert save_policy(tmp_path / "policy-0", policy, settings, {"final_loss": 0.5}) == ckpt
     weights = load_checkpoint(ckpt).policy_weights
     assert all(torch.equal(weights[k], v) for k, v in policy.state_dict().items())
-    assert check_base(ckpt, settings)["bc"] == {"final_loss": 0.5}
+    loaded = check_base(ckpt, settings)
+    assert loaded["bc"] == {"checkpoint": str(ckpt), "final_loss": 0.5}
+    assert all(torch.equal(loaded["weights"][k], v) for k, v in policy.state_dict().items())
     with pytest.raises(SystemExit, match=r"seed 0 \(this run's: 1\)"):  # bench-vla's policy 0, not 1
         check_base(ckpt, bc_settings(config, 1, DEMOS, PERTURB, BC_STEPS, 128))
     with pytest.raises(SystemExit, match=r"bc_steps 12000 \(this run's: 6000\)"):
@@ -63,3 +77,33 @@ def test_a_base_is_taken_only_with_the_bc_settings_this_run_would_train(tmp_path
         check_base(ckpt, bc_settings(policy_config(camera_strides=[2, 1, 1, 1]), 0, DEMOS, PERTURB, BC_STEPS, 128))
     with pytest.raises(SystemExit, match=r"scene 'cameras' \(this run's: 'state'\)"):
         check_base(ckpt, bc_settings(config, 0, DEMOS, PERTURB, BC_STEPS, 128, scene="state"))
+
+
+def test_bench_vla_evaluates_the_policies_its_workdir_holds_without_recording_demos(tmp_path, monkeypatch):
+    """A bench-vla run that stopped after saving its policies goes on from them: with every policy saved under this
+    run's settings no demo is recorded and no policy trained; a saved policy trained otherwise stops the run before
+    any work."""
+    import vla
+    env = make_env({c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}, scene_state=False)
+    config = policy_config()
+    torch.manual_seed(0)
+    policy = VLAPolicy(env.observation_spec, env.action_spec, config)
+    env.close()
+    ckpt = save_policy(tmp_path / "policy-0", policy, bc_settings(config, 0, DEMOS, PERTURB, BC_STEPS, 128),
+                       {"seed": 0, "final_loss": 0.5, "seconds": 1.0})
+
+    def never(*args, **kwargs):
+        raise AssertionError("recorded demos or trained a policy that --workdir holds")
+
+    monkeypatch.setattr(vla, "record_demos", never)
+    monkeypatch.setattr(vla, "behaviour_clone", never)
+    argv = ["vla.py", "--policies", "1", "--episodes", "1", "--rtt-requests", "2", "--eval-seed", "50000",
+            "--workdir", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", argv)
+    vla.main()
+    result = json.loads((tmp_path / "vla.json").read_text())
+    assert result["bc"] == [{"checkpoint": str(ckpt), "seed": 0, "final_loss": 0.5, "seconds": 1.0}]
+    assert [r["seed"] for r in result["runs"]] == [0]
+    monkeypatch.setattr(sys, "argv", [*argv, "--bc-steps", "6000", "--policies", "2"])  # policy 1 must be trained
+    with pytest.raises(SystemExit, match=r"--workdir's .*policy-0.* differs in bc_steps 12000 \(this run's: 6000\)"):
+        vla.main()
