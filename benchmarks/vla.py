@@ -49,7 +49,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import RESULTS, goal, run_command, spread, write_result  # noqa: E402
+from common import COMMIT, RESULTS, goal, run_command, spread, write_result  # noqa: E402
 
 from robolearn.actor.chunking import ChunkExecutor, ChunkingConfig  # noqa: E402
 from robolearn.actor.episode import EpisodeLoop, SeedTorch  # noqa: E402
@@ -162,7 +162,8 @@ def behaviour_clone(env: PickCubeEnv, data: ChunkDataset, config: VLAPolicyConfi
 def bc_settings(config: VLAPolicyConfig, seed: int, demos: int, perturb: Perturbation, steps: int,
                 batch_size: int, scene: str = "cameras") -> dict:
     """What ``behaviour_clone`` trained policy ``seed`` from and how, as JSON values (saved beside its checkpoint as
-    ``bc.json``; bench-vla-dsrl checks its ``--base`` against them)."""
+    ``bc.json``; a policy that bench-vla's ``--workdir`` holds and bench-vla-dsrl's ``--base`` are checked against
+    them)."""
     return json.loads(json.dumps({"seed": seed, "demos": demos, "demo_seeds": f"{DEMO_SEED}..{DEMO_SEED + demos - 1}",
                                   "scene": scene, "perturbation": vars(perturb), "bc_steps": steps,
                                   "batch_size": batch_size, "policy": vars(config)}))
@@ -170,10 +171,13 @@ def bc_settings(config: VLAPolicyConfig, seed: int, demos: int, perturb: Perturb
 
 def save_policy(folder: Path, policy: VLAPolicy, settings: dict, record: dict) -> Path:
     """``folder``/checkpoints/latest.pt, a robolearn checkpoint of ``policy`` (``policy.base_checkpoint`` of a DSRL
-    run takes it), and ``folder``/bc.json: its ``bc_settings`` and its BC record (loss, time); the checkpoint's path."""
+    run takes it), and ``folder``/bc.json: its ``bc_settings`` and its BC record (loss, time, the commit of the code
+    that trained it); the checkpoint's path. bc.json goes first: a checkpoint is never there without it."""
     path = folder / "checkpoints" / "latest.pt"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "bc.json").write_text(json.dumps({"settings": settings, "bc": {**record, "commit": COMMIT}},
+                                               indent=1) + "\n")
     save_policy_checkpoint(path, policy.state_dict())
-    (folder / "bc.json").write_text(json.dumps({"settings": settings, "bc": record}, indent=1) + "\n")
     return path
 
 
@@ -201,8 +205,8 @@ def saved_bc(checkpoint: Path, expected: dict, role: str) -> dict:
 def load_policy(env: PickCubeEnv, config: VLAPolicyConfig, checkpoint: Path, expected: dict,
                 role: str) -> tuple[VLAPolicy, dict]:
     """The policy ``save_policy`` saved at ``checkpoint``, once its ``bc.json`` names ``expected`` (``saved_bc``),
-    and its BC record with the checkpoint's path."""
-    record = {"checkpoint": str(checkpoint), **saved_bc(checkpoint, expected, role)["bc"]}
+    and its BC record (with the commit that trained it) marked loaded from the checkpoint."""
+    record = {**saved_bc(checkpoint, expected, role)["bc"], "checkpoint": str(checkpoint), "loaded": True}
     policy = VLAPolicy(env.observation_spec, env.action_spec, config)
     policy.load_state_dict(load_checkpoint(checkpoint).policy_weights)  # bc.json vouches for the settings
     return policy, record
@@ -304,7 +308,8 @@ def main() -> None:
             print(f"policy {seed}: loaded from {saved[seed]}", flush=True)
         else:
             policy, record = behaviour_clone(env, data, config, seed, args.bc_steps, args.batch_size)
-            save_policy(workdir / f"policy-{seed}", policy, settings_of(seed), record)
+            path = save_policy(workdir / f"policy-{seed}", policy, settings_of(seed), record)
+            record = {**record, "commit": COMMIT, "checkpoint": str(path), "loaded": False}
         bc.append(record)
         runner = ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim)
         t1 = time.perf_counter()

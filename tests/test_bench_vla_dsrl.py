@@ -16,6 +16,7 @@ from robolearn.config import compose, validate
 from robolearn.policies.vla import VLAPolicy
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+from common import COMMIT  # noqa: E402
 from vla import (  # noqa: E402
     BC_STEPS,
     COLOURS,
@@ -67,7 +68,7 @@ def test_a_base_is_taken_only_with_the_bc_settings_this_run_would_train(tmp_path
     weights = load_checkpoint(ckpt).policy_weights
     assert all(torch.equal(weights[k], v) for k, v in policy.state_dict().items())
     loaded = check_base(ckpt, settings)
-    assert loaded["bc"] == {"checkpoint": str(ckpt), "final_loss": 0.5}
+    assert loaded["bc"] == {"checkpoint": str(ckpt), "final_loss": 0.5, "commit": COMMIT, "loaded": True}
     assert all(torch.equal(loaded["weights"][k], v) for k, v in policy.state_dict().items())
     with pytest.raises(SystemExit, match=r"seed 0 \(this run's: 1\)"):  # bench-vla's policy 0, not 1
         check_base(ckpt, bc_settings(config, 1, DEMOS, PERTURB, BC_STEPS, 128))
@@ -102,7 +103,8 @@ def test_bench_vla_evaluates_the_policies_its_workdir_holds_without_recording_de
     monkeypatch.setattr(sys, "argv", argv)
     vla.main()
     result = json.loads((tmp_path / "vla.json").read_text())
-    assert result["bc"] == [{"checkpoint": str(ckpt), "seed": 0, "final_loss": 0.5, "seconds": 1.0}]
+    assert result["bc"] == [{"checkpoint": str(ckpt), "seed": 0, "final_loss": 0.5, "seconds": 1.0, "commit": COMMIT,
+                             "loaded": True}]
     assert [r["seed"] for r in result["runs"]] == [0]
     monkeypatch.setattr(sys, "argv", [*argv, "--bc-steps", "6000", "--policies", "2"])  # policy 1 must be trained
     with pytest.raises(SystemExit, match=r"--workdir's .*policy-0.* differs in bc_steps 12000 \(this run's: 6000\)"):

@@ -8,7 +8,7 @@ Static word vectors know little of colours: "crimson" and "scarlet" share one ve
          -> CIELAB (D65 white)  ->  features SCALE * [L - 50, a, b, 50]
     any other word -> zeros
 
-SCALE = 1/2 makes a colour word's features (norm 35-54 for bench-vla's) as large as a word vector (28-134), so its key
+SCALE = 1/2 makes a colour word's features (norm 35-58 for bench-vla's) as large as a word vector (28-134), so its key
 starts on a par with the other words'. At 1/50 (norm about 2) the colour words' keys started small, BC's loss stayed
 higher all through training and success fell (docs/algorithms.md, "VLA").
 

@@ -4,7 +4,7 @@ a chunk of actions out, by the flow-matching chunk machinery of ``flow_chunk`` (
     words  w_1..w_W = frozen vectors of the instruction's words (W, D)   policies.text_encoder (D = 300), or its
                                                                           word pieces in context, language_model (384)
     text   t = tanh(LN(W_o [attn_1; ..; attn_h])),  attn_j = sum_i softmax_i(q_j . P w_i / sqrt(T)) P w_i   (B, T)
-           (colour_words: a colour word's P w_i is P_c [its CIELAB colour; 1] instead, policies.colour_words)
+           (colour_words: a colour word's P w_i is P_c [its CIELAB colour; a flag] instead, policies.colour_words)
     vision v = [CNN_front(img_front); CNN_wrist(img_wrist)]              policies.encoders, (B, C * V): CameraEncoder,
                                                                           or KeypointEncoder's image positions,
                                                                           FiLMKeypointEncoder's: CNN_c(img, t)
