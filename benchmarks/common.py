@@ -73,8 +73,8 @@ def run_command(ap: argparse.ArgumentParser, args: argparse.Namespace, make_targ
         if value == defaults[key]:
             continue
         flag = "--" + key.replace("_", "-")
-        if isinstance(value, bool):  # store_true options
-            options.append(flag)
+        if isinstance(value, bool):  # store_true options, and --no-<flag> of those on by default
+            options.append(flag if value else "--no-" + flag[2:])
         elif isinstance(value, list):
             options.append(" ".join([flag, *map(str, value)]))
         else:

@@ -1,12 +1,14 @@
-"""The benchmarks' shared way of reporting a figure over runs (benchmarks/common.py)."""
+"""The benchmarks' shared way of reporting a figure over runs, and the command that repeats a run
+(benchmarks/common.py)."""
 
+import argparse
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
-from common import spread  # noqa: E402
+from common import run_command, spread  # noqa: E402
 
 
 def test_spread_is_the_median_with_min_and_max():
@@ -55,3 +57,13 @@ def test_a_copy_that_fails_its_confirmation_is_passed_over(monkeypatch):
     assert _search(monkeypatch, first, second, confirm_seed=2)[0] == 4
     assert _search(monkeypatch, first, second, coarse_minutes=2.0, confirm_seed=2)[0] == 4
     assert _search(monkeypatch, first, [0.0] * 6, confirm_seed=2)[0] is None  # never confirmed: not reached
+
+
+def test_the_command_that_repeats_a_run_names_each_option_off_its_default():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--policies", type=int, default=3)
+    ap.add_argument("--perturbed", action="store_true")
+    ap.add_argument("--colour-words", action=argparse.BooleanOptionalAction, default=True)
+    assert run_command(ap, ap.parse_args([]), "bench-vla", "vla.py") == "make bench-vla"
+    assert (run_command(ap, ap.parse_args(["--no-colour-words", "--perturbed", "--policies", "5"]), "bench-vla",
+                        "vla.py") == "python benchmarks/vla.py --policies 5 --perturbed --no-colour-words")
