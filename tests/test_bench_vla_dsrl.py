@@ -40,7 +40,7 @@ def test_the_benchmarks_vla_settings_compose_into_the_runs_frozen_base():
     config = policy_config()
     assert any(o.startswith("policy.base.camera_strides=") for o in base_overrides(config))  # differs from default
     assert run_base(base_overrides(config)) == config
-    older = replace(config, camera_strides=[2, 1, 1, 1], text_encoder="minilm")  # a --camera-strides 2 1 1 1 start
+    older = replace(config, camera_strides=[2, 1, 1, 1], text_encoder="minilm", colour_words=False)  # an older start
     assert run_base(base_overrides(older)) == older
     assert run_base([]) != config  # without the overrides the run would build another network
 
