@@ -297,10 +297,8 @@ def main() -> None:
 
     # a policy that --workdir already holds, trained with this run's settings, is evaluated as saved (a run that
     # stopped part-way goes on from its last saved policy); one trained otherwise stops the run before any work
-    saved = {seed: path for seed in range(args.policies)
+    saved = {seed: load_policy(env, config, path, settings_of(seed), "--workdir's") for seed in range(args.policies)
              if (path := workdir / f"policy-{seed}" / "checkpoints" / "latest.pt").is_file()}
-    for seed, path in saved.items():
-        saved_bc(path, settings_of(seed), "--workdir's")
     data = record_demos(env, args.demos, perturb) if len(saved) < args.policies else None
     if data is not None:
         said = {bytes(row).split(b"\0")[0].decode() for row in data.observations["instruction"]}
@@ -310,8 +308,8 @@ def main() -> None:
     results, bc, policies = [], [], []
     for seed in range(args.policies):
         if seed in saved:
-            policy, record = load_policy(env, config, saved[seed], settings_of(seed), "--workdir's")
-            print(f"policy {seed}: loaded from {saved[seed]}", flush=True)
+            policy, record = saved[seed]
+            print(f"policy {seed}: loaded from {record['checkpoint']}", flush=True)
         else:
             policy, record = behaviour_clone(env, data, config, seed, args.bc_steps, args.batch_size)
             path = save_policy(workdir / f"policy-{seed}", policy, settings_of(seed), record)
