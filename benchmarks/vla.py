@@ -171,16 +171,17 @@ def bc_settings(config: VLAPolicyConfig, seed: int, demos: int, perturb: Perturb
                                   "batch_size": batch_size, "policy": vars(config)}))
 
 
-def save_policy(folder: Path, policy: VLAPolicy, settings: dict, record: dict) -> Path:
+def save_policy(folder: Path, policy: VLAPolicy, settings: dict, record: dict) -> tuple[Path, dict]:
     """``folder``/checkpoints/latest.pt, a robolearn checkpoint of ``policy`` (``policy.base_checkpoint`` of a DSRL
     run takes it), and ``folder``/bc.json: its ``bc_settings`` and its BC record (loss, time, the commit of the code
-    that trained it); the checkpoint's path. bc.json goes first: a checkpoint is never there without it."""
+    that trained it). bc.json goes first: a checkpoint is never there without it. The checkpoint's path and the BC
+    record as a results file gives it (``load_policy``'s fields: the commit, the checkpoint, not loaded)."""
     path = folder / "checkpoints" / "latest.pt"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "bc.json").write_text(json.dumps({"settings": settings, "bc": {**record, "commit": COMMIT}},
                                                indent=1) + "\n")
     save_policy_checkpoint(path, policy.state_dict())
-    return path
+    return path, {**record, "commit": COMMIT, "checkpoint": str(path), "loaded": False}
 
 
 def saved_bc(checkpoint: Path, expected: dict, role: str) -> dict:
@@ -312,8 +313,7 @@ def main() -> None:
             print(f"policy {seed}: loaded from {record['checkpoint']}", flush=True)
         else:
             policy, record = behaviour_clone(env, data, config, seed, args.bc_steps, args.batch_size)
-            path = save_policy(workdir / f"policy-{seed}", policy, settings_of(seed), record)
-            record = {**record, "commit": COMMIT, "checkpoint": str(path), "loaded": False}
+            _, record = save_policy(workdir / f"policy-{seed}", policy, settings_of(seed), record)
         bc.append(record)
         runner = ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim)
         t1 = time.perf_counter()

@@ -194,7 +194,7 @@ def main() -> None:
         data = record_demos(env, args.demos, PERTURB)
         policy, bc_record = behaviour_clone(env, data, config, args.base_seed, args.bc_steps, args.batch_size)
         del data
-        base = save_policy(workdir / "bc", policy, settings, bc_record)
+        base, bc_record = save_policy(workdir / "bc", policy, settings, bc_record)
         print(f"BC start saved to {base} (loss {bc_record['final_loss']}, {bc_record['seconds']:.0f} s)", flush=True)
     else:
         policy, bc_record = load_policy(env, config, base, settings, "--base")

@@ -64,7 +64,8 @@ def test_a_base_is_taken_only_with_the_bc_settings_this_run_would_train(tmp_path
     ckpt = tmp_path / "policy-0" / "checkpoints" / "latest.pt"
     with pytest.raises(SystemExit, match="no .*bc.json"):
         check_base(ckpt, settings)
-    assert save_policy(tmp_path / "policy-0", policy, settings, {"final_loss": 0.5}) == ckpt
+    assert save_policy(tmp_path / "policy-0", policy, settings, {"final_loss": 0.5}) == (
+        ckpt, {"final_loss": 0.5, "commit": COMMIT, "checkpoint": str(ckpt), "loaded": False})
     weights = load_checkpoint(ckpt).policy_weights
     assert all(torch.equal(weights[k], v) for k, v in policy.state_dict().items())
     loaded = check_base(ckpt, settings)
@@ -90,7 +91,7 @@ def test_bench_vla_evaluates_the_policies_its_workdir_holds_without_recording_de
     torch.manual_seed(0)
     policy = VLAPolicy(env.observation_spec, env.action_spec, config)
     env.close()
-    ckpt = save_policy(tmp_path / "policy-0", policy, bc_settings(config, 0, DEMOS, PERTURB, BC_STEPS, 128),
+    ckpt, _ = save_policy(tmp_path / "policy-0", policy, bc_settings(config, 0, DEMOS, PERTURB, BC_STEPS, 128),
                        {"seed": 0, "final_loss": 0.5, "seconds": 1.0})
 
     def never(*args, **kwargs):
