@@ -81,3 +81,21 @@ def test_tampered_or_malformed_deltas_are_rejected_and_leave_the_weights_alone()
     assert sub.version == 1 and all(sub.current[k].tobytes() == before[k].tobytes() for k in w)
     sub.apply(meta, arrays)  # the genuine message still applies
     assert sub.version == 2
+
+
+def test_a_repeat_is_the_last_version_as_published_and_the_next_delta_still_applies():
+    pub, w = DeltaPublisher(full_every=100), weights()
+    sub = DeltaSubscriber(layout(w))
+    with pytest.raises(RuntimeError, match="nothing to repeat"):
+        pub.repeat()
+    sub.apply(*pub.encode(1, w))
+    published = {k: v.copy() for k, v in w.items()}
+    w["b"][7] += 1.0  # trained after v1 went out, not yet a version
+    meta, arrays = pub.repeat()
+    assert meta["version"] == 1 and meta["kind"] == "full"
+    assert all(arrays[k].tobytes() == published[k].tobytes() for k in w)  # v1 as it was, not the weights since
+    w["b"][8] += 1.0
+    meta, arrays = pub.encode(2, w)
+    assert meta["kind"] == "delta" and set(arrays) == {"b" + IDX, "b" + VAL}
+    got = sub.apply(meta, arrays)  # the subscriber never took the repeat of the v1 it holds
+    assert sub.version == 2 and all(got[k].tobytes() == w[k].tobytes() for k in w)

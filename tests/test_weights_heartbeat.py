@@ -1,7 +1,12 @@
-"""A policy server or actor that subscribes late gets the learner's newest weights within a heartbeat, even while
-every new version goes out as a sparse delta (which it cannot apply without the version before)."""
+"""Heartbeats on the weights channel: a policy server or actor that subscribes late gets the learner's newest weights
+within a heartbeat, even while every new version goes out as a sparse delta (which it cannot apply without the
+version before); and a heartbeat repeats a version as it was published, however much the learner trained since
+(transport.weight_sync: a subscriber that holds the version skips the repeat, and its next delta must still apply)."""
 
+import contextlib
 import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import zmq
 
@@ -10,9 +15,10 @@ from robolearn.config import validate
 from robolearn.learner.loop import Learner
 from robolearn.logging.status import read_json
 from robolearn.rundir import RunDir
+from robolearn.transport.sockets import recv_valid
 from robolearn.transport.spool import Spool
 from robolearn.transport.transitions import TransitionSender
-from robolearn.transport.weights import WeightSubscriber
+from robolearn.transport.weights import WEIGHTS, WeightSubscriber
 from robolearn.transport.wire import RejectCounter
 from tests.helpers import wait_for
 from tests.test_cli_config import _cfg
@@ -29,14 +35,26 @@ class _Stop:
         return self.set
 
 
-def test_a_late_subscriber_gets_a_full_snapshot_within_a_heartbeat_while_deltas_go_out(tmp_path):
-    # a version every update, and only the state normaliser's statistics change between versions (the actor's
-    # own layers wait 10^6 updates): sparse deltas, one after the other, faster than the heartbeat
+@dataclass
+class _Rig:
+    learner: Learner
+    endpoints: dict
+    ctx: zmq.Context
+    sender: TransitionSender
+
+    def subscribe(self, rejects: RejectCounter) -> WeightSubscriber:
+        return WeightSubscriber(self.ctx, self.endpoints["weights"], self.learner.policy, rejects)
+
+
+@contextlib.contextmanager
+def _learner(tmp_path, **overrides: str) -> Iterator[_Rig]:
+    """A learner on reach in a thread, sent 4 episodes of transitions. Only the state normaliser's statistics change
+    between versions (the actor's own layers wait 10^6 updates), so versions go out as sparse deltas. Stopped and
+    joined on exit."""
     cfg = validate(_cfg(task="reach", run_name="hb", **{
         "policy.hidden_dims": "[16,16]", "algo.critic_hidden_dims": "[16,16]", "algo.actor_update_every": "1000000",
         "learner.batch_size": "16", "learner.learning_starts": "16", "learner.utd_ratio": "200",
-        "learner.publish_every": "1", "learner.weights_full_every": "100000", "learner.weights_heartbeat_s": "0.5",
-        "learner.prefetch_batches": "0"}))
+        "learner.weights_full_every": "100000", "learner.prefetch_batches": "0", **overrides}))
     run = RunDir(tmp_path / "run")
     stop = _Stop()
     learner = Learner(run, cfg, stop)
@@ -44,24 +62,64 @@ def test_a_late_subscriber_gets_a_full_snapshot_within_a_heartbeat_while_deltas_
     thread.start()
     env = build_task(cfg)
     ctx = zmq.Context()
-    sender = sub = None
+    sender = None
     try:
         endpoints = wait_for(lambda: read_json(run.endpoints), 30, "the learner's endpoints")
         sender = TransitionSender(ctx, endpoints["transitions"], "actor-0", Spool(tmp_path / "spool", 10**8))
+        rig = _Rig(learner, endpoints, ctx, sender)
         for b in _batches(env, episodes=4, steps=12, per_batch=4):
             sender.send("sim_so101-0", b)
-        wait_for(lambda: (sender.poll(timeout_ms=20), learner.version > 20)[1], 60, "versions past 20")
-        assert learner.publisher.bytes_ratio < 0.5, "the versions were meant to go out as deltas"
-        sub = WeightSubscriber(ctx, endpoints["weights"], learner.policy, RejectCounter())
-        joined_at = learner.version
-        got = wait_for(lambda: (sub.poll(timeout_ms=50), sub.pending)[1], 5, "a version the late subscriber can hold")
-        assert got[0] > joined_at and learner.algo.num_updates < learner._updates_due(), "updates still going on"
+        yield rig
     finally:
         stop.set = True
         thread.join(timeout=30)
-        for s in (sender, sub):
-            if s is not None:
-                s.close()
+        if sender is not None:
+            sender.close()
         ctx.term()
         env.close()
     assert not thread.is_alive()
+
+
+def test_a_late_subscriber_gets_a_full_snapshot_within_a_heartbeat_while_deltas_go_out(tmp_path):
+    # a version every update, sparse deltas one after the other, faster than the heartbeat
+    with _learner(tmp_path, **{"learner.publish_every": "1", "learner.weights_heartbeat_s": "0.5"}) as rig:
+        learner = rig.learner
+        wait_for(lambda: (rig.sender.poll(timeout_ms=20), learner.version > 20)[1], 60, "versions past 20")
+        assert learner.publisher.bytes_ratio < 0.5, "the versions were meant to go out as deltas"
+        sub = rig.subscribe(RejectCounter())
+        try:
+            joined_at = learner.version
+            got = wait_for(lambda: (sub.poll(timeout_ms=50), sub.pending)[1], 5,
+                           "a version the late subscriber can hold")
+            assert got[0] > joined_at and learner.algo.num_updates < learner._updates_due(), "updates still going on"
+        finally:
+            sub.close()
+
+
+def test_a_heartbeat_repeats_its_version_as_published_while_the_learner_trains_on(tmp_path):
+    # 50 updates between versions, the actor's layers trained at each, and a heartbeat every 20 ms: the learner trains
+    # across heartbeats, and each one must carry its version's weights as first published, never those trained since
+    # under the same number (a subscriber holding the version skips the repeat, and the next delta patches the
+    # publisher's copy: a changed copy made every delta fail its hash)
+    overrides = {"learner.publish_every": "50", "learner.weights_heartbeat_s": "0.02",
+                 "algo.actor_update_every": "1"}
+    digests: dict[int, set[str]] = {}
+    heartbeats = 0
+    with _learner(tmp_path, **overrides) as rig:
+        sock = rig.ctx.socket(zmq.SUB)
+        sock.setsockopt(zmq.SUBSCRIBE, b"")
+        sock.connect(rig.endpoints["weights"])
+        try:
+            def take() -> bool:
+                nonlocal heartbeats
+                rig.sender.poll(timeout_ms=2)
+                while (msg := recv_valid(sock, RejectCounter(), frozenset({WEIGHTS}))) is not None:
+                    version = msg.meta["version"]
+                    heartbeats += version in digests
+                    digests.setdefault(version, set()).add(msg.meta["sha256"])
+                return len(digests) >= 10 and heartbeats >= 20
+            wait_for(take, 60, "10 versions and 20 heartbeats")
+        finally:
+            sock.close(linger=0)
+    renamed = {v: d for v, d in digests.items() if len(d) > 1}
+    assert not renamed, f"versions sent with other weights under the same number: {sorted(renamed)}"

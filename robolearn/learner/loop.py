@@ -234,7 +234,7 @@ class Learner:
                 poller.poll(timeout=5)
             now = time.monotonic()
             if now - last["heartbeat"] >= schedule.weights_heartbeat_s:
-                self._publish(pub, full=True)  # late subscribers get the latest version within a heartbeat
+                pub.heartbeat(self.status())  # late subscribers get the latest version within a heartbeat
                 last["heartbeat"] = now
             if now - last["status"] >= cfg.runtime.status_every_s:
                 self._write_status(now - t_start)
@@ -339,7 +339,7 @@ class Learner:
             self.version += 1  # the updates since the last publication become a version now
             self._publish(pub)
         elif self.env_steps != self._announced[1]:
-            self._publish(pub, full=True)  # nothing new to learn yet (before learning_starts): a heartbeat
+            pub.heartbeat(self.status())  # nothing new to learn yet (before learning_starts): a heartbeat
         else:
             return
         self._announced = (self.algo.num_updates, self.env_steps)
@@ -350,10 +350,10 @@ class Learner:
         return LearnerStatus(version=self.version, updates=self.algo.num_updates, env_steps=self.env_steps,
                              learned_env_steps=int(learned), caught_up=self.algo.num_updates >= self._updates_due())
 
-    def _publish(self, pub: WeightPublisher, full: bool = False) -> bool:
-        """PUB the actor weights: a sparse delta from the previous version when that is smaller, a full snapshot
-        on heartbeats and every ``learner.weights_full_every`` versions. Whether it was a full snapshot."""
-        return pub.publish(self.version, self.policy, self.status(), full=full)
+    def _publish(self, pub: WeightPublisher) -> bool:
+        """PUB the actor weights as ``self.version``: a sparse delta from the previous version when that is
+        smaller, a full snapshot every ``learner.weights_full_every`` versions. Whether it was a full snapshot."""
+        return pub.publish(self.version, self.policy, self.status())
 
     def _counters(self) -> dict:
         return {

@@ -6,7 +6,9 @@ the narrowest unsigned type that holds the largest gap, and their new values. A 
 out instead when the patch would not be smaller, on the first publication, and every
 ``full_every`` versions (so a subscriber that missed a version, or joined late, catches up). Each
 message carries a SHA-256 of the complete weights; the receiver checks it after applying a patch, so
-a reconstruction is bit-exact or rejected.
+a reconstruction is bit-exact or rejected. A version names one set of weights: ``repeat`` (a heartbeat)
+re-sends the last version exactly as it went out, never weights changed since under its number, so a
+subscriber that already holds it (and skips it) and the publisher's next delta still share their base.
 
 Wire (a ``weights`` message of ``transport.wire``): meta ``{"version", "kind": "full" | "delta",
 "base_version", "sha256"}``; arrays: ``<name>`` for a full tensor, ``<name>/idx`` and ``<name>/val``
@@ -55,6 +57,7 @@ class DeltaPublisher:
         self.full_every = full_every
         self._last: dict[str, np.ndarray] | None = None
         self._last_version = 0
+        self._last_digest = ""
         self._since_full = 0
         self.bytes_sent = 0
         self.bytes_full = 0  # what full snapshots of every version would have cost
@@ -83,10 +86,21 @@ class DeltaPublisher:
         else:
             meta["kind"], arrays = "full", weights
             self._since_full = 0
-        self._last, self._last_version = weights, int(version)
+        self._last, self._last_version, self._last_digest = weights, int(version), meta["sha256"]
         self.bytes_sent += sum(x.nbytes for x in arrays.values())
         self.bytes_full += full_bytes
         return meta, arrays
+
+    def repeat(self) -> tuple[dict, dict[str, np.ndarray]]:
+        """The last version again as a full snapshot, the weights it was published with (a heartbeat: a late
+        subscriber catches up). RuntimeError before the first ``encode``."""
+        if self._last is None:
+            raise RuntimeError("no version published yet: nothing to repeat")
+        full_bytes = sum(a.nbytes for a in self._last.values())
+        self.bytes_sent += full_bytes
+        self.bytes_full += full_bytes
+        return ({"version": self._last_version, "sha256": self._last_digest, "base_version": self._last_version,
+                 "kind": "full"}, self._last)
 
 
 class DeltaSubscriber:

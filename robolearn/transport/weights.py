@@ -31,9 +31,10 @@ def weights_arrays(policy: torch.nn.Module) -> dict[str, np.ndarray]:
 
 
 class WeightPublisher:
-    """PUB socket bound on ``host`` (at ``port``, 0: any free one): ``publish`` sends a sparse delta from the
-    previous version when that is smaller, a full snapshot when ``full`` (heartbeats) and every ``full_every``
-    versions.
+    """PUB socket bound on ``host`` (at ``port``, 0: any free one): ``publish`` sends a new version, a sparse
+    delta from the previous one when that is smaller, a full snapshot when ``full`` and every ``full_every``
+    versions; ``heartbeat`` re-sends the last version in full, as it was published (weights changed since then
+    go out as the next version, never under an old number).
 
     With ``version_file`` each published version is also written there (8 bytes in place: survives a kill of
     this process), and ``published_before`` reads what an earlier publisher of the run got to: a learner
@@ -60,6 +61,11 @@ class WeightPublisher:
             os.pwrite(self._version_fd, version.to_bytes(8, "little"), 0)
         send(self.sock, WEIGHTS, "learner", version, {**status.to_meta(), **sync_meta}, arrays)
         return sync_meta["kind"] == "full"
+
+    def heartbeat(self, status: LearnerStatus) -> None:
+        """The last published version again, in full, with the learner's current ``status``."""
+        sync_meta, arrays = self._codec.repeat()
+        send(self.sock, WEIGHTS, "learner", sync_meta["version"], {**status.to_meta(), **sync_meta}, arrays)
 
     @property
     def bytes_ratio(self) -> float:
