@@ -5,7 +5,9 @@
         while updates < utd * (env_steps - max(learning_starts, batch_size)):
             algo.update(algo.sample_batch(buffer, action_spec, batch_size))
         every ``publish_every`` updates: version += 1, PUB the actor weights with a ``LearnerStatus``
-        (+ heartbeat re-sends); every ``checkpoint_every_s``: an atomic checkpoint (``robolearn.checkpoint``)
+        every ``weights_heartbeat_s``: a full snapshot, of a new version if there were updates since the last
+        one (weights reach actors within a heartbeat however slow the updates), else the last version again
+        every ``checkpoint_every_s``: an atomic checkpoint (``robolearn.checkpoint``)
 
 The loop owns the schedule; the algorithm (``learner.algorithm.Algorithm``) owns only its losses.
 
@@ -92,6 +94,7 @@ class Learner:
         self.updates_per_s = 0.0
         self._steps_at_episode_end = 0
         self._announced = (0, 0)  # (updates, env steps) at the last sync-mode announcement
+        self._published_updates = -1  # algo.num_updates when the last version was published
         self._replay_rng: dict | None = None  # replay generator state after the last consumed batch
         store = cfg.buffer
         self.buffer = ReplayBuffer(run.buffer, self.obs_spec, self.action_spec, store.capacity, store.ram_budget_mb,
@@ -234,7 +237,7 @@ class Learner:
                 poller.poll(timeout=5)
             now = time.monotonic()
             if now - last["heartbeat"] >= schedule.weights_heartbeat_s:
-                pub.heartbeat(self.status())  # late subscribers get the latest version within a heartbeat
+                self._heartbeat(pub)  # late subscribers get the latest version within a heartbeat
                 last["heartbeat"] = now
             if now - last["status"] >= cfg.runtime.status_every_s:
                 self._write_status(now - t_start)
@@ -350,10 +353,22 @@ class Learner:
         return LearnerStatus(version=self.version, updates=self.algo.num_updates, env_steps=self.env_steps,
                              learned_env_steps=int(learned), caught_up=self.algo.num_updates >= self._updates_due())
 
-    def _publish(self, pub: WeightPublisher) -> bool:
+    def _publish(self, pub: WeightPublisher, full: bool = False) -> bool:
         """PUB the actor weights as ``self.version``: a sparse delta from the previous version when that is
-        smaller, a full snapshot every ``learner.weights_full_every`` versions. Whether it was a full snapshot."""
-        return pub.publish(self.version, self.policy, self.status())
+        smaller, a full snapshot when ``full`` and every ``learner.weights_full_every`` versions. Whether it was a
+        full snapshot."""
+        self._published_updates = self.algo.num_updates
+        return pub.publish(self.version, self.policy, self.status(), full=full)
+
+    def _heartbeat(self, pub: WeightPublisher) -> None:
+        """A full snapshot for late subscribers. Weights trained since the last version become a new version (a
+        version names one set of weights, and a subscriber that holds it skips its repeat); otherwise the last
+        version goes out again as it was published."""
+        if self.algo.num_updates != self._published_updates:
+            self.version += 1
+            self._publish(pub, full=True)
+        else:
+            pub.heartbeat(self.status())
 
     def _counters(self) -> dict:
         return {
