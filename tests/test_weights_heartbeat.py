@@ -1,7 +1,9 @@
 """Heartbeats on the weights channel: a policy server or actor that subscribes late gets the learner's newest weights
 within a heartbeat, even while every new version goes out as a sparse delta (which it cannot apply without the
-version before); and a heartbeat repeats a version as it was published, however much the learner trained since
-(transport.weight_sync: a subscriber that holds the version skips the repeat, and its next delta must still apply)."""
+version before). A version names one set of weights: a heartbeat repeats a version as it was published, however much
+the learner trained since (a subscriber that holds the version skips the repeat, and its next delta must still
+apply), or publishes what was trained as a new version when versions are slower than heartbeats; a restarted learner
+publishes its restored weights past the checkpoint's version."""
 
 import contextlib
 import threading
@@ -122,3 +124,27 @@ def test_a_version_names_one_set_of_weights_and_a_heartbeat_publishes_what_was_t
     assert not renamed, f"versions sent with other weights under the same number: {sorted(renamed)}"
     versions_by_count = 1 + rig.learner.algo.num_updates // 50  # the first version, then one per publish_every
     assert rig.learner.version > versions_by_count, "no heartbeat published the updates since the last version"
+
+
+def test_heartbeats_add_no_version_while_versions_go_out_faster_than_them(tmp_path):
+    # a version every 5 updates (milliseconds apart) and a heartbeat every 0.2 s: the heartbeats repeat the last
+    # version, so the versions stay one per publish_every updates (what policy-lag figures count)
+    overrides = {"learner.publish_every": "5", "learner.weights_heartbeat_s": "0.2"}
+    with _learner(tmp_path, **overrides) as rig:
+        wait_for(lambda: (rig.sender.poll(timeout_ms=20), rig.learner.algo.num_updates >= 1500)[1], 60,
+                 "1,500 updates (several heartbeats)")
+    learner = rig.learner
+    assert learner.version == 1 + learner.algo.num_updates // 5
+
+
+def test_a_restarted_learner_publishes_its_restored_weights_past_the_checkpoints_version(tmp_path):
+    # the checkpoint at the stop holds the weights after every update, newer than those its version went out with
+    # (publish_every 1000: no version after the first); the restart must not send them under that number
+    overrides = {"learner.publish_every": "1000", "learner.weights_heartbeat_s": "60"}
+    with _learner(tmp_path, **overrides) as rig:
+        wait_for(lambda: (rig.sender.poll(timeout_ms=20), rig.learner.algo.num_updates >= 50)[1], 60, "50 updates")
+    first = rig.learner
+    assert first.version == 1 and first.algo.num_updates >= 50  # the checkpoint: version 1, the trained weights
+    with _learner(tmp_path, **overrides) as rig:
+        assert rig.learner.algo.num_updates >= first.algo.num_updates  # restored from the checkpoint
+        assert rig.learner.version == 2

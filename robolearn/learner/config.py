@@ -29,8 +29,8 @@ class LearnerConfig:
     device: str = "auto"             # auto (a CUDA device when torch sees one, else the CPU) | cpu | cuda | cuda:N
     learning: str = "async"          # async: acting and learning overlap | sync: at each episode end the robot
                                      # waits until the learner has done the updates due (the baseline)
-    weights_heartbeat_s: float = 1.0  # a full weight snapshot at least this often (late joiners, missed deltas), a new
-                                      # version when there were updates since the last one
+    weights_heartbeat_s: float = 1.0  # a full weight snapshot at least this often (late joiners, missed deltas); a new
+                                      # version when none went out for this long and there were updates since
     weights_full_every: int = 20     # and at least every this many versions; in between, sparse deltas
     demos: str = ""                  # a LeRobotDataset v3 folder (robolearn record) imported into the buffer's demo
                                      # partition when the run starts (once: a restart finds them in the buffer)

@@ -5,8 +5,9 @@
         while updates < utd * (env_steps - max(learning_starts, batch_size)):
             algo.update(algo.sample_batch(buffer, action_spec, batch_size))
         every ``publish_every`` updates: version += 1, PUB the actor weights with a ``LearnerStatus``
-        every ``weights_heartbeat_s``: a full snapshot, of a new version if there were updates since the last
-        one (weights reach actors within a heartbeat however slow the updates), else the last version again
+        every ``weights_heartbeat_s``: a full snapshot, of a new version if none went out for that long and there
+        were updates since (weights reach actors within about a heartbeat however slow the updates), else the
+        last version again
         every ``checkpoint_every_s``: an atomic checkpoint (``robolearn.checkpoint``)
 
 The loop owns the schedule; the algorithm (``learner.algorithm.Algorithm``) owns only its losses.
@@ -95,6 +96,7 @@ class Learner:
         self._steps_at_episode_end = 0
         self._announced = (0, 0)  # (updates, env steps) at the last sync-mode announcement
         self._published_updates = -1  # algo.num_updates when the last version was published
+        self._published_at = 0.0      # time.monotonic() then
         self._replay_rng: dict | None = None  # replay generator state after the last consumed batch
         store = cfg.buffer
         self.buffer = ReplayBuffer(run.buffer, self.obs_spec, self.action_spec, store.capacity, store.ram_budget_mb,
@@ -203,10 +205,10 @@ class Learner:
         self.metrics_log = MetricsLog(self.run.metrics)
         poller = zmq.Poller()
         poller.register(receiver.sock, zmq.POLLIN)
-        # the initial weights are version 1; after a crash the actors may hold versions published after the
-        # checkpoint, so the restored weights go out as a version past every one published before
-        published = pub.published_before
-        self.version = max(self.version, 1) if published <= self.version else published + 1
+        # the initial weights are version 1; restored weights go out as a version past every one published before
+        # (the actors may hold versions published after the checkpoint, and the checkpoint's weights carry the
+        # updates made after its own version went out: under that number they would be a second set of weights)
+        self.version = max(self.version, pub.published_before) + 1
         self._publish(pub)
         write_json_atomic(self.run.endpoints, endpoints)
         print(f"[learner] listening: transitions {endpoints['transitions']}, weights {endpoints['weights']}; "
@@ -357,14 +359,17 @@ class Learner:
         """PUB the actor weights as ``self.version``: a sparse delta from the previous version when that is
         smaller, a full snapshot when ``full`` and every ``learner.weights_full_every`` versions. Whether it was a
         full snapshot."""
-        self._published_updates = self.algo.num_updates
+        self._published_updates, self._published_at = self.algo.num_updates, time.monotonic()
         return pub.publish(self.version, self.policy, self.status(), full=full)
 
     def _heartbeat(self, pub: WeightPublisher) -> None:
-        """A full snapshot for late subscribers. Weights trained since the last version become a new version (a
-        version names one set of weights, and a subscriber that holds it skips its repeat); otherwise the last
-        version goes out again as it was published."""
-        if self.algo.num_updates != self._published_updates:
+        """A full snapshot for late subscribers. When no version went out for a heartbeat interval and the learner
+        has updated since the last one (slow updates, ``publish_every`` of them not yet done), those weights become
+        a new version, so actors hold weights at most about a heartbeat old; otherwise the last version goes out
+        again as it was published. Never newer weights under a number already out: a version names one set of
+        weights, and a subscriber that holds it skips its repeat."""
+        stale = time.monotonic() - self._published_at >= self.schedule.weights_heartbeat_s
+        if stale and self.algo.num_updates != self._published_updates:
             self.version += 1
             self._publish(pub, full=True)
         else:
