@@ -177,11 +177,11 @@ def save_policy(folder: Path, policy: VLAPolicy, settings: dict, record: dict) -
     that trained it). bc.json goes first: a checkpoint is never there without it. The checkpoint's path and the BC
     record as a results file gives it (``load_policy``'s fields: the commit, the checkpoint, not loaded)."""
     path = folder / "checkpoints" / "latest.pt"
+    record = {**record, "commit": COMMIT}
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "bc.json").write_text(json.dumps({"settings": settings, "bc": {**record, "commit": COMMIT}},
-                                               indent=1) + "\n")
+    (folder / "bc.json").write_text(json.dumps({"settings": settings, "bc": record}, indent=1) + "\n")
     save_policy_checkpoint(path, policy.state_dict())
-    return path, {**record, "commit": COMMIT, "checkpoint": str(path), "loaded": False}
+    return path, {**record, "checkpoint": str(path), "loaded": False}
 
 
 def saved_bc(checkpoint: Path, expected: dict, role: str) -> dict:

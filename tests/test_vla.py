@@ -22,6 +22,7 @@ from robolearn.learner.bc import ChunkDataset, expert_demos, train_bc
 from robolearn.learner.chunk_batch import sample_chunk_windows
 from robolearn.learner.dsrl import DSRL, DSRLConfig
 from robolearn.learner.habc import HABC, HABCConfig
+from robolearn.policies.colour_words import FLAG
 from robolearn.policies.dsrl import DSRLPolicy, DSRLPolicyConfig
 from robolearn.policies.encoders import CameraEncoder
 from robolearn.policies.vla import VLAPolicy, VLAPolicyConfig
@@ -286,7 +287,7 @@ def test_the_instruction_cache_starting_again_keeps_the_batch_it_serves():
     fresh = InstructionEncoder(max_words=6, features=8, heads=2, colour_words=True).lookup(batch(0, 2, 3))
     for got, expected in zip((vectors, mask, colours), fresh, strict=True):
         torch.testing.assert_close(got, expected)
-    assert (colours[2, :, 3] > 0).tolist() == [0, 0, 1, 0, 0, 0]  # "pick the crimson cube up": one colour word
+    assert colours[2, :, 3].tolist() == [0, 0, FLAG, 0, 0, 0]  # "pick the crimson cube up": one colour word
     empty = encoder.lookup(torch.zeros((0, INSTRUCTION_BYTES), dtype=torch.uint8))
     assert [tuple(part.shape) for part in empty] == [(0, 6, 300), (0, 6), (0, 6, 4)]
 
