@@ -91,17 +91,21 @@ PERTURB = Perturbation(fraction=1.0, decoy=0.5)  # the demos' bursts and decoys 
 DEMOS, BC_STEPS = 1200, 12000                    # the --demos and --bc-steps defaults (bench-vla-dsrl's too)
 CAMERA_STRIDES = [2, 2, 1, 1]                     # policy.camera_strides of the conv cameras (--camera-strides):
                                                   # a third of DrQ's cost, the same success (BENCHMARKS.md)
+WRIST_SHIFT_PAD = 2                               # the wrist camera's random shift, pixels (--wrist-shift-pad; the
+                                                  # front camera keeps policy.image_shift_pad, 4): BENCHMARKS.md
 
 
 def policy_config(camera_encoder: str = "conv", text_encoder: str = "word_vectors",
-                  camera_strides: list[int] = CAMERA_STRIDES, colour_words: bool = True) -> VLAPolicyConfig:
+                  camera_strides: list[int] = CAMERA_STRIDES, colour_words: bool = True,
+                  wrist_shift_pad: int = WRIST_SHIFT_PAD) -> VLAPolicyConfig:
     """The benchmark's VLA: 10-action chunks, one stage, no prefix (sync execution); ``camera_strides`` for the
     conv cameras only (the keypoint encoders have their own); colour words read by their colour (``colour_words``:
     0.48 against 0.32 on the paraphrases, the same on the trained instructions, as the word vectors alone;
-    BENCHMARKS.md)."""
+    BENCHMARKS.md); the wrist camera's random shift ``wrist_shift_pad`` pixels, the front camera's the default."""
     strides = list(camera_strides) if camera_encoder == "conv" else list(DRQ_STRIDES)
     return VLAPolicyConfig(chunk_horizon=H, max_prefix=0, camera_encoder=camera_encoder, text_encoder=text_encoder,
-                           camera_strides=strides, colour_words=colour_words)
+                           camera_strides=strides, colour_words=colour_words,
+                           camera_shift_pads={"wrist": wrist_shift_pad})
 
 
 def task_config(instructions: dict[str, list[str]], scene_state: bool) -> PickCubeColorConfig:
@@ -275,6 +279,9 @@ def main() -> None:
     ap.add_argument("--colour-words", action=argparse.BooleanOptionalAction, default=True,
                     help="policy.colour_words: colour words read by their CIELAB colour (robolearn.policies.vla); "
                     "--no-colour-words: by their word vectors alone")
+    ap.add_argument("--wrist-shift-pad", type=int, default=WRIST_SHIFT_PAD,
+                    help="policy.camera_shift_pads.wrist: the wrist camera's training-time random shift, pixels (the "
+                    "front camera's: policy.image_shift_pad, 4)")
     ap.add_argument("--scene", choices=["cameras", "state"], default="cameras",
                     help="where the cubes' poses come from: the cameras alone, or the state too (task.scene_state)")
     ap.add_argument("--workdir", type=Path, default=None, help="where each policy is saved, policy-<seed>/ "
@@ -288,7 +295,8 @@ def main() -> None:
     torch.set_num_threads(2)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-vla-"))
     print(f"work folder: {workdir} (each policy's checkpoint and bc.json)", flush=True)
-    config = policy_config(args.camera_encoder, args.text_encoder, args.camera_strides, args.colour_words)
+    config = policy_config(args.camera_encoder, args.text_encoder, args.camera_strides, args.colour_words,
+                           args.wrist_shift_pad)
     train = {c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}
     env = make_env(train, args.scene == "state")
     perturb = Perturbation(fraction=args.perturb, decoy=args.decoy)  # zero fractions perturb nothing, draw nothing

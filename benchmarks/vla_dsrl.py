@@ -98,7 +98,11 @@ def base_overrides(config: VLAPolicyConfig) -> list[str]:
     default = DSRLPolicyConfig().base
     out = []
     for key, value in vars(config).items():
-        if value != getattr(default, key):
+        if value == getattr(default, key):
+            continue
+        if isinstance(value, dict):  # a key the default's dict lacks is added (+), one override per key
+            out += [f"+policy.base.{key}.{k}={v}" for k, v in value.items()]
+        else:
             out.append(f"policy.base.{key}={json.dumps(value) if isinstance(value, list | str) else value}")
     return out
 

@@ -131,6 +131,32 @@ def test_the_conv_cameras_use_the_configured_strides_and_refuse_a_frame_too_smal
         CameraEncoder(8, 8, 16, strides=(2, 2, 2))
 
 
+def test_each_camera_is_shifted_by_its_own_pad_in_training_only(env, monkeypatch):
+    import robolearn.policies.vla as vla_module
+    pads: list[int] = []
+
+    def recording_shift(frames, rng, pad):
+        pads.append(pad)
+        return frames
+    monkeypatch.setattr(vla_module, "random_shift", recording_shift)
+    policy = tiny_vla(env, camera_shift_pads={"wrist": 2})
+    obs = policy.observation_tensors(one(env.reset(seed=3)[0]))
+    policy.train()
+    policy.encode(obs)
+    assert pads == [4, 2]  # front: image_shift_pad, wrist: its own
+    pads.clear()
+    tiny_vla(env, camera_shift_pads={"wrist": 0}).train().encode(obs)
+    assert pads == [4]  # a pad of 0 leaves the wrist frames as they are
+    pads.clear()
+    policy.eval()
+    policy.encode(obs)
+    assert pads == []
+    with pytest.raises(ValueError, match=r"camera_shift_pads names cameras the task does not have: \['side'\]"):
+        tiny_vla(env, camera_shift_pads={"side": 1})
+    with pytest.raises(ValueError, match="camera_shift_pads must be >= 0"):
+        tiny_config(camera_shift_pads={"wrist": -1})
+
+
 def test_the_vla_is_refused_by_name_without_an_instruction_or_a_camera_and_two_stage_by_the_online_learners():
     cfg = validate(compose("config", ["task=pick_cube_color", "task.cameras=[front]", "policy=vla"]))
     with pytest.raises(ConfigError, match="text observation 'instruction'.*task.language=true"):

@@ -20,7 +20,8 @@ mean over the words would dilute that word by the rest of the sentence.
 
 In training (``self.training``) every camera frame is shifted by up to ``image_shift_pad`` pixels (DrQ's random
 shift, drawn from torch's generator so a checkpoint restores it), which image BC needs to generalise from a few
-hundred demos.
+hundred demos; ``camera_shift_pads`` sets it per camera (a wrist camera close to the cube sees a pixel as a few
+millimetres, where the shift blurs the grasp; docs/algorithms.md, "VLA").
 
 The observation is a dict: ``state`` (B, S) float, each camera uint8 (B, H, W, 3), ``instruction`` uint8 (B, N)
 (UTF-8 bytes, ``robolearn.specs.encode_text``). Which keys: ``observation_keys``.
@@ -92,6 +93,7 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
     camera_strides: list[int] = field(default_factory=lambda: list(DRQ_STRIDES))  # conv: its 3x3 convs' strides
     fuse_dims: list[int] = field(default_factory=lambda: [256])  # the trunk's fusing MLP; its last size is E
     image_shift_pad: int = 4        # training-time random shift of each frame, pixels (0: none)
+    camera_shift_pads: dict[str, int] = field(default_factory=dict)  # camera -> its own shift (others: the above)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -123,6 +125,9 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
                              f"{self.camera_features}")
         if self.image_shift_pad < 0:
             raise ValueError(f"policy.image_shift_pad must be >= 0, got {self.image_shift_pad}")
+        negative = {k: v for k, v in self.camera_shift_pads.items() if v < 0}
+        if negative:
+            raise ValueError(f"policy.camera_shift_pads must be >= 0, got {negative}")
 
 
 class InstructionEncoder(nn.Module):
@@ -228,14 +233,20 @@ class VLAPolicy(FlowChunkPolicy):
         self.fuse = nn.Sequential(mlp([self.text.out_dim + self.vision.out_dim + self.obs_dim, *c.fuse_dims]),
                                   nn.LayerNorm(c.fuse_dims[-1]), nn.ReLU())
         self.observation_keys = ("state", c.instruction_key, *self.vision.keys)
+        unknown = set(c.camera_shift_pads) - set(self.vision.keys)
+        if unknown:
+            raise ValueError(f"policy.camera_shift_pads names cameras the task does not have: {sorted(unknown)} "
+                             f"(its cameras: {list(self.vision.keys)})")
+        self.shift_pads = {k: c.camera_shift_pads.get(k, c.image_shift_pad) for k in self.vision.keys}
         self._shapes = {k: tuple(obs_spec.arrays[k].shape) for k in self.observation_keys}
         return c.fuse_dims[-1]
 
     def encode(self, obs: Observation) -> torch.Tensor:
         """The trunk's fused features e (B, E) of an observation dict."""
         frames = {k: obs[k] for k in self.vision.keys}
-        if self.training and self.config.image_shift_pad:
-            frames = {k: random_shift(f, None, self.config.image_shift_pad) for k, f in frames.items()}
+        if self.training:
+            frames = {k: random_shift(f, None, self.shift_pads[k]) if self.shift_pads[k] else f
+                      for k, f in frames.items()}
         text = self.text(obs[self.config.instruction_key])
         vision = self.vision(frames, text if self.config.camera_encoder in CONDITIONED else None)
         return self.fuse(torch.cat([text, vision, self.normalise(obs["state"])], dim=-1))
