@@ -20,6 +20,7 @@
            task.camera_size=64 task.camera_shadows=false +task.instructions.<colour>=[vla.py's training sentences]
            policy=dsrl policy.base.name=vla policy.base.<the VLA's settings> policy.base_checkpoint=<the BC start>
            policy.noise_bound=<--noise-bound> algo=dsrl algo.actor_warmup=<--actor-warmup>
+           algo.critic_horizon=<--critic-horizon, default 5: the critic scores the actions each chunk executes>
            learner.utd_ratio=<--utd> learner.threads=2 budget.env_steps=<--env-steps>
            actor.chunking.mode=sync actor.chunking.splice=replace actor.chunking.max_prefix=0
            actor.chunking.execute_horizon=5
@@ -61,6 +62,7 @@ from vla import (  # noqa: E402
     EXECUTE,
     PERTURB,
     TRAIN_TEMPLATES,
+    H,
     bc_settings,
     behaviour_clone,
     evaluate,
@@ -118,6 +120,7 @@ def dsrl_run(workdir: Path, base: Path, task: PickCubeColorConfig, config: VLAPo
                 for k in ("mode", "splice", "max_prefix", "execute_horizon")]
     overrides = [*task_overrides(task), "policy=dsrl", *base_overrides(config), f"policy.base_checkpoint='{base}'",
                  f"policy.noise_bound={args.noise_bound}", "algo=dsrl", f"algo.actor_warmup={args.actor_warmup}",
+                 f"algo.critic_horizon={args.critic_horizon}",
                  f"learner.utd_ratio={args.utd}", "learner.threads=2", f"budget.env_steps={args.env_steps}",
                  f"budget.minutes={args.minutes}", f"seed={seed}", *chunking, f"run_name={name}",
                  "runtime.live_console=false"]
@@ -159,6 +162,9 @@ def main() -> None:
     ap.add_argument("--utd", type=float, default=0.25, help="learner updates per env step")
     ap.add_argument("--noise-bound", type=float, default=1.0, help="policy.noise_bound: the noise's range")
     ap.add_argument("--actor-warmup", type=int, default=400, help="algo.actor_warmup: critic-only updates first")
+    ap.add_argument("--critic-horizon", type=int, default=EXECUTE,
+                    help="algo.critic_horizon: the actions of each chunk the critic scores (default: the executed "
+                    f"ones, {EXECUTE}; 0: the whole chunk of {H}, as before 2026-12-06)")
     ap.add_argument("--minutes", type=float, default=60.0, help="each run's time cap (it should end on env steps)")
     ap.add_argument("--episodes", type=int, default=100)
     ap.add_argument("--base-seed", type=int, default=0, help="which of bench-vla's policies is the BC start")
@@ -245,6 +251,7 @@ def main() -> None:
                         runs=runs, minutes=round((time.perf_counter() - t0) / 60, 1),
                         settings={"policy.base": vars(config), "env_steps_per_run": args.env_steps,
                                   "utd_ratio": args.utd, "noise_bound": args.noise_bound,
+                                  "critic_horizon": args.critic_horizon,
                                   "actor_warmup": args.actor_warmup, "learner_threads": 2, "execute_horizon": EXECUTE,
                                   "demos": args.demos, "bc_steps": args.bc_steps, "base_seed": args.base_seed,
                                   "eval_seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}",

@@ -314,6 +314,14 @@ def check_buildable(cfg: RunConfig) -> None:
         registry.lookup("algo", cfg.algo.name).factory(policy, cfg.algo, cfg.seed)
     except (ValueError, NotImplementedError) as exc:
         raise ConfigError(f"config error at 'algo={cfg.algo.name}' with policy={cfg.policy.name}: {exc}") from None
+    critic_horizon = getattr(cfg.algo, "critic_horizon", None)  # DSRL's
+    if critic_horizon is not None and cfg.actor.chunking.mode != "naive_async":
+        chunk = getattr(policy, "horizon", 1)
+        executed = cfg.actor.chunking.execute_horizon or chunk
+        if (critic_horizon or chunk) != executed:  # said, not silent: the critic then scores actions never executed
+            print(f"warning: algo.critic_horizon={critic_horizon} scores {critic_horizon or chunk} actions of each "
+                  f"chunk, and the robot executes {executed} before it asks again (actor.chunking.execute_horizon); "
+                  f"set algo.critic_horizon={executed}", file=sys.stderr)
 
 
 def load_run_config(path: Path) -> RunConfig:

@@ -85,6 +85,52 @@ def test_the_noise_policy_learns_through_the_flow(tmp_path):
     assert torch.equal(policy.actions(state, torch.ones(32, 4, 3)), policy.actions(state, torch.ones(32, 4, 3)))
 
 
+def test_the_critic_scores_only_the_actions_executed_before_the_next_chunk(tmp_path, monkeypatch):
+    import robolearn.learner.dsrl as dsrl_module
+
+    policy = DSRLPolicy(OBS, ACT, DSRLPolicyConfig(base=BASE, base_checkpoint=_base_checkpoint(tmp_path),
+                                                   hidden_dims=[32, 32]))
+    algo = DSRL(policy, DSRLConfig(critic_hidden_dims=[32, 32], critic_horizon=2))  # 2 of the chunk's 4 actions
+    state = _batch()["obs"]
+    context = algo.context(state, None)
+    torch.manual_seed(3)
+    scored, _ = algo.policy_actions(state, context)
+    torch.manual_seed(3)
+    noise, _ = policy.noise(context)
+    assert torch.equal(scored, policy.actions(state, noise)[:, :2].flatten(1))  # F_k: the first k actions
+    windows = []
+    monkeypatch.setattr(dsrl_module, "sample_windows", lambda *args, **kwargs: windows.append(args[3]))
+    algo.sample_batch(None, ACT, 8)
+    assert windows == [2]  # k-step windows: k actions, their k-step return, the observation k steps on
+    batch = {**_batch(), "action": _batch()["action"][:, :6]}
+    assert all(np.isfinite(v) for v in algo.update(batch).values())
+    with pytest.raises(RuntimeError):  # the critic takes k actions, not the whole chunk
+        algo.critic(policy.normalise(context), _batch()["action"])
+    with pytest.raises(ValueError, match="critic_horizon"):
+        DSRLConfig(critic_horizon=-1)
+    with pytest.raises(ValueError, match=r"critic_horizon \(5\) must be at most the base's chunk of 4"):
+        DSRL(policy, DSRLConfig(critic_horizon=5))
+
+
+def test_a_critic_horizon_other_than_the_executed_actions_is_warned_of(tmp_path, capsys):
+    from robolearn.builders import build_policy, task_specs
+    from robolearn.config import check_buildable, validate
+    from tests.test_cli_config import _cfg
+
+    base = {"hidden_dims": "[32,32]", "chunk_horizon": "4", "max_prefix": "2", "flow_steps": "4"}
+    flow = validate(_cfg(policy="flow_chunk", **{f"policy.{k}": v for k, v in base.items()}))
+    path = tmp_path / "bc" / "checkpoints" / "latest.pt"
+    save_policy_checkpoint(path, build_policy(flow, *task_specs(flow)).state_dict())
+
+    def check(critic: int, executed: int) -> str:
+        check_buildable(validate(_cfg(**{"policy": "dsrl", "algo": "dsrl", "policy.base_checkpoint": path,
+                                         **{f"policy.base.{k}": v for k, v in base.items()},
+                                         "algo.critic_horizon": critic, "actor.chunking.execute_horizon": executed})))
+        return capsys.readouterr().err
+    assert "critic_horizon" not in check(2, 2) and "critic_horizon" not in check(0, 0)  # 0: the whole chunk
+    assert "algo.critic_horizon=0 scores 4 actions of each chunk, and the robot executes 2" in check(0, 2)
+
+
 def test_serving_keeps_the_committed_prefix_and_stays_in_bounds(tmp_path):
     policy, _ = _dsrl(tmp_path)
     state = np.random.default_rng(0).uniform(-1, 1, (2, 6)).astype(np.float32)
@@ -168,7 +214,8 @@ def test_robolearn_run_steers_a_bc_flow_policy_and_leaves_it_unchanged(tmp_path)
 
     overrides = [o for o in fast_run_overrides("dsrl", 0.5) if not o.startswith("policy.hidden_dims")]
     r = robolearn(["run", *overrides, "policy=dsrl", "algo=dsrl", f"policy.base_checkpoint={path}",
-                   "policy.hidden_dims=[32,32]", *[f"policy.base.{k}={v}" for k, v in base.items()]],
+                   "policy.hidden_dims=[32,32]", *[f"policy.base.{k}={v}" for k, v in base.items()],
+                   "algo.critic_horizon=2", "actor.chunking.execute_horizon=2"],  # the critic on what executes
                   cwd=tmp_path, timeout=240)
     run = tmp_path / "runs" / "dsrl"
     logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted((run / "logs").glob("*.log")))

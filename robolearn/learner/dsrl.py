@@ -1,11 +1,12 @@
 """DSRL: soft actor-critic in the noise space of a frozen flow policy (docs/algorithms.md, "DSRL").
 
-With F the frozen flow policy (``policy=dsrl``'s base: a = F(s, w), its Euler integration from the noise w) and
-pi_W the noise policy (w = b * tanh(u), u ~ N(mu(s), sigma(s))):
+With F the frozen flow policy (``policy=dsrl``'s base: a = F(s, w), its Euler integration from the noise w, H
+actions), F_k its first k actions (k = ``critic_horizon``, what the robot executes before it asks again) and pi_W
+the noise policy (w = b * tanh(u), u ~ N(mu(s), sigma(s))):
 
-    y       = r + discount * (min_{j in subset} Q'_j(s', F(s', w')) - alpha * log pi_W(w'|s')),  w' ~ pi_W(s')
-    L_Q     = sum_i mean_B (Q_i(s, a) - y)^2                     a: the executed chunk (B, H * A) from the buffer
-    L_pi    = mean_B (alpha * log pi_W(w~|s) - mean_i Q_i(s, F(s, w~))),  w~ ~ pi_W(s), the gradient through F
+    y       = r + discount * (min_{j in subset} Q'_j(s', F_k(s', w')) - alpha * log pi_W(w'|s')),  w' ~ pi_W(s')
+    L_Q     = sum_i mean_B (Q_i(s, a) - y)^2         a: k executed actions (B, k * A), r their k-step return, s' k on
+    L_pi    = mean_B (alpha * log pi_W(w~|s) - mean_i Q_i(s, F_k(s, w~))),  w~ ~ pi_W(s), the gradient through F
     L_alpha = -mean_B log_alpha * (log pi_W(w~|s) + target_entropy),  target entropy -|W| / 2
 
 The critic scores executed actions, not noise: transitions need no record of the noise behind them, and
@@ -66,6 +67,8 @@ class DSRLConfig:
     demo_ratio: float = 0.0        # RLPD: share of each batch from demo + intervention steps (when any)
     grad_clip_norm: float = 0.0
     feature_cache: int = 200_000   # a VLA base's features kept per stored observation (rows; 0: encode every draw)
+    critic_horizon: int = 0        # k: the critic scores a chunk's first k actions, bootstrapping k steps on (set it
+                                   # to actor.chunking.execute_horizon: the robot asks again after those); 0: all H
 
     def __post_init__(self) -> None:
         if self.num_critics < 2 or not 1 <= self.critic_subset <= self.num_critics:
@@ -77,9 +80,9 @@ class DSRLConfig:
             raise ValueError(f"algo.demo_ratio must be in [0, 1), got {self.demo_ratio}")
         if self.grad_clip_norm < 0 or self.actor_update_every < 1:
             raise ValueError("algo.grad_clip_norm must be >= 0 and algo.actor_update_every >= 1")
-        if self.actor_warmup < 0 or self.feature_cache < 0:
-            raise ValueError(f"algo.actor_warmup and algo.feature_cache must be >= 0, got {self.actor_warmup}, "
-                             f"{self.feature_cache}")
+        if self.actor_warmup < 0 or self.feature_cache < 0 or self.critic_horizon < 0:
+            raise ValueError(f"algo.actor_warmup, algo.feature_cache and algo.critic_horizon must be >= 0, got "
+                             f"{self.actor_warmup}, {self.feature_cache}, {self.critic_horizon}")
 
 
 class DSRL:
@@ -96,14 +99,17 @@ class DSRL:
             base = load_checkpoint(Path(policy.config.base_checkpoint))
         except FileNotFoundError as exc:
             raise ValueError(f"policy.base_checkpoint: {exc}") from None
+        if config.critic_horizon > policy.horizon:
+            raise ValueError(f"algo.critic_horizon ({config.critic_horizon}) must be at most the base's chunk of "
+                             f"{policy.horizon} actions (0: all of them)")
         policy.load_base(base.policy_weights)
         self.cfg = config
         self.actor = policy
-        act_dim = policy.horizon * policy.action_dim
+        self.critic_horizon = config.critic_horizon or policy.horizon  # k
         device = module_device(policy)
-        self.critic, self.critic_target = critic_and_target(policy.context_dim, act_dim, config.num_critics,
-                                                            config.critic_hidden_dims, device)
-        self.target_entropy = -act_dim / 2  # the noise has as many elements as the chunk
+        self.critic, self.critic_target = critic_and_target(policy.context_dim, self.critic_horizon * policy.action_dim,
+                                                            config.num_critics, config.critic_hidden_dims, device)
+        self.target_entropy = -policy.horizon * policy.action_dim / 2  # the noise has as many elements as the chunk
         self.temperature = Temperature(config.init_temperature, self.target_entropy, config.temperature_lr)
         self._actor_params = list(policy.noise_actor.parameters())  # never the base's
         self._critic_params = list(self.critic.parameters())
@@ -117,10 +123,10 @@ class DSRL:
             if policy.reads_more and config.feature_cache else None
 
     def sample_batch(self, buffer: ReplayBuffer, action_spec: ActionSpec, batch_size: int) -> dict[str, torch.Tensor]:
-        """SAC's H-step windows: obs (B, S), action (B, H * A), reward (B,), discount (B,), next_obs; obs and next_obs
-        are dicts of every observation the base reads when that is more than the state (a VLA's), with their buffer
-        ids obs_id and next_obs_id (B,) when the features are cached."""
-        return sample_windows(buffer, action_spec, batch_size, self.actor.horizon, self.cfg.gamma, self.cfg.demo_ratio,
+        """SAC's k-step windows: obs (B, S), action (B, k * A), reward (B,) k-step return, discount (B,), next_obs k
+        steps on; obs and next_obs are dicts of every observation the base reads when that is more than the state (a
+        VLA's), with their buffer ids obs_id and next_obs_id (B,) when the features are cached."""
+        return sample_windows(buffer, action_spec, batch_size, self.critic_horizon, self.cfg.gamma, self.cfg.demo_ratio,
                               keys=self.actor.observation_keys[1:], with_ids=self.features is not None)
 
     def context(self, obs: Observation, ids: torch.Tensor | None) -> torch.Tensor:
@@ -129,14 +135,15 @@ class DSRL:
         return self.actor.context(obs, kept)
 
     def policy_actions(self, obs: Observation, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """a = F(s, w), w ~ pi_W(c(s)): the chunk (B, H * A) and log pi_W(w|s) (B,), differentiable in pi_W."""
+        """a = F_k(s, w), w ~ pi_W(c(s)): the chunk's first k actions (B, k * A) and log pi_W(w|s) (B,),
+        differentiable in pi_W."""
         noise, log_prob = self.actor.noise(context)
-        return self.actor.actions(obs, noise, context=context).flatten(1), log_prob
+        return self.actor.actions(obs, noise, context=context)[:, :self.critic_horizon].flatten(1), log_prob
 
     @torch.no_grad()
     def td_target(self, reward: torch.Tensor, discount: torch.Tensor, next_obs: Observation, context: torch.Tensor,
                   alpha: float) -> torch.Tensor:
-        """y (B,) = r + discount * (min over a random subset of Q'(s', F(s', w')) - alpha log pi_W(w'|s')), with
+        """y (B,) = r + discount * (min over a random subset of Q'(s', F_k(s', w')) - alpha log pi_W(w'|s')), with
         ``context`` c(s') (B, C)."""
         next_action, next_log_prob = self.policy_actions(next_obs, context)
         target_q = subset_min(self.critic_target(self.actor.normalise(context), next_action), self.cfg.critic_subset,
@@ -145,7 +152,7 @@ class DSRL:
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """One critic step (and maybe an actor step): obs (B, S) (or the dict of what the base reads), action
-        (B, H * A) in [-1, 1], reward (B,), discount (B,), next_obs like obs."""
+        (B, k * A) in [-1, 1], reward (B,), discount (B,), next_obs like obs."""
         obs, action, reward, discount, next_obs = (
             batch["obs"], batch["action"], batch["reward"], batch["discount"], batch["next_obs"])
         alpha = self.temperature.alpha
