@@ -112,6 +112,15 @@ def test_the_critic_scores_only_the_actions_executed_before_the_next_chunk(tmp_p
         DSRL(policy, DSRLConfig(critic_horizon=5))
 
 
+def test_the_target_entropy_counts_every_element_of_the_noise(tmp_path):
+    policy = DSRLPolicy(OBS, ACT, DSRLPolicyConfig(base=BASE, base_checkpoint=_base_checkpoint(tmp_path),
+                                                   hidden_dims=[32, 32]))
+    assert DSRL(policy, DSRLConfig(critic_horizon=2)).target_entropy == -0.5 * 4 * 3  # |W| = H * A, not k * A
+    assert DSRL(policy, DSRLConfig(target_entropy_per_dim=0.0)).temperature.target_entropy == 0.0
+    with pytest.raises(ValueError, match="target_entropy_per_dim must be a finite number"):
+        DSRLConfig(target_entropy_per_dim=float("nan"))
+
+
 def test_a_critic_horizon_other_than_the_executed_actions_is_warned_of(tmp_path, capsys):
     from robolearn.builders import build_policy, task_specs
     from robolearn.config import check_buildable, validate

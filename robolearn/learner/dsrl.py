@@ -7,7 +7,7 @@ the noise policy (w = b * tanh(u), u ~ N(mu(s), sigma(s))):
     y       = r + discount * (min_{j in subset} Q'_j(s', F_k(s', w')) - alpha * log pi_W(w'|s')),  w' ~ pi_W(s')
     L_Q     = sum_i mean_B (Q_i(s, a) - y)^2         a: k executed actions (B, k * A), r their k-step return, s' k on
     L_pi    = mean_B (alpha * log pi_W(w~|s) - mean_i Q_i(s, F_k(s, w~))),  w~ ~ pi_W(s), the gradient through F
-    L_alpha = -mean_B log_alpha * (log pi_W(w~|s) + target_entropy),  target entropy -|W| / 2
+    L_alpha = -mean_B log_alpha * (log pi_W(w~|s) + target_entropy),  target entropy e |W| (e = -1/2 by default)
 
 The critic scores executed actions, not noise: transitions need no record of the noise behind them, and
 demonstration and intervention steps (RLPD's ``demo_ratio``) are scored like any other. F's parameters are outside
@@ -22,6 +22,7 @@ the words each) was most of an update's time. The critic ensemble, target, tempe
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -67,6 +68,7 @@ class DSRLConfig:
     demo_ratio: float = 0.0        # RLPD: share of each batch from demo + intervention steps (when any)
     grad_clip_norm: float = 0.0
     feature_cache: int = 200_000   # a VLA base's features kept per stored observation (rows; 0: encode every draw)
+    target_entropy_per_dim: float = -0.5  # e: target entropy e * |W| (|W| = H * A, the noise's elements; as SAC's)
     critic_horizon: int = 0        # k: the critic scores a chunk's first k actions, bootstrapping k steps on (set it
                                    # to actor.chunking.execute_horizon: the robot asks again after those); 0: all H
 
@@ -80,6 +82,8 @@ class DSRLConfig:
             raise ValueError(f"algo.demo_ratio must be in [0, 1), got {self.demo_ratio}")
         if self.grad_clip_norm < 0 or self.actor_update_every < 1:
             raise ValueError("algo.grad_clip_norm must be >= 0 and algo.actor_update_every >= 1")
+        if not math.isfinite(self.target_entropy_per_dim):
+            raise ValueError(f"algo.target_entropy_per_dim must be a finite number, got {self.target_entropy_per_dim}")
         if self.actor_warmup < 0 or self.feature_cache < 0 or self.critic_horizon < 0:
             raise ValueError(f"algo.actor_warmup, algo.feature_cache and algo.critic_horizon must be >= 0, got "
                              f"{self.actor_warmup}, {self.feature_cache}, {self.critic_horizon}")
@@ -109,7 +113,7 @@ class DSRL:
         device = module_device(policy)
         self.critic, self.critic_target = critic_and_target(policy.context_dim, self.critic_horizon * policy.action_dim,
                                                             config.num_critics, config.critic_hidden_dims, device)
-        self.target_entropy = -policy.horizon * policy.action_dim / 2  # the noise has as many elements as the chunk
+        self.target_entropy = config.target_entropy_per_dim * policy.horizon * policy.action_dim  # |W| = H * A
         self.temperature = Temperature(config.init_temperature, self.target_entropy, config.temperature_lr)
         self._actor_params = list(policy.noise_actor.parameters())  # never the base's
         self._critic_params = list(self.critic.parameters())
