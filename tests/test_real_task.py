@@ -96,6 +96,18 @@ def test_reset_moves_to_the_pose_at_the_bounded_speed_then_waits_for_ready(tmp_p
     assert env.counts.ready_timeouts == 0 and env.counts.resets_short_of_the_pose == 0
 
 
+def test_a_reset_whose_beats_run_late_still_reaches_the_pose(tmp_path, monkeypatch):
+    env, rec, operator, keys = twin(tmp_path, reset=ResetConfig(pose="tucked", max_speed=120.0))
+    env.robot.watch_time = True  # the guard in wall time, as with a real robot
+    monkeypatch.setattr(env, "_beat", lambda t0: time.sleep(2.5 / env.control_hz))  # a starved actor process
+    env.reset(seed=1)
+    pose = np.array(env.task.reset.poses["tucked"], np.float32)
+    np.testing.assert_allclose(env.commanded(), pose, atol=1e-3)
+    np.testing.assert_allclose(rec.sent[-1], pose, atol=1e-3)  # what the robot was really told
+    assert env.counts.resets_short_of_the_pose == 0 and env.robot.counts.held_for_watchdog == 0
+    assert per_tick_change(rec.sent).max() <= 120.0 / env.control_hz + 1e-4  # still at the reset's speed
+
+
 def test_only_a_ready_after_the_move_counts_and_the_wait_has_a_timeout(tmp_path):
     env, rec, operator, keys = twin(tmp_path, reset=ResetConfig(pose="tucked", ready_timeout_s=0.3))
     keys.auto_ready = False

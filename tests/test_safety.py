@@ -61,13 +61,41 @@ def test_the_watchdog_holds_a_late_loop_and_lets_go_once_it_is_on_time(arm, tmp_
     assert g.watchdog_tripped and g.counts.watchdog_trips == 1
     held = arm.commanded_positions().copy()
     g.send_action(base + 5.0)  # still late: held
-    np.testing.assert_allclose(arm.commanded_positions(), held, atol=1e-3)
-    for _ in range(5):  # on time again
+    after_late = arm.commanded_positions().copy()
+    for _ in range(5):  # on time again (nothing slow between them: a check's first call can take a period)
         g.send_action(base + 5.0)
     assert not g.watchdog_tripped
+    np.testing.assert_allclose(after_late, held, atol=1e-3)
     g.send_action(base + 5.0)
     assert not np.allclose(arm.commanded_positions(), held, atol=1e-3)
     assert g.counts.held_for_watchdog >= 5
+
+
+def test_a_paced_move_is_never_held_for_lateness_and_keeps_every_other_check(arm, tmp_path):
+    g = guard(arm, tmp_path, watch_time=True, watchdog_late_ticks=3, watchdog_recover_ticks=5, max_speed=100.0)
+    base = arm.commanded_positions()
+    for _ in range(4):  # a late loop trips the watchdog
+        g.send_action(base)
+        time.sleep(3 / HZ)
+    assert g.watchdog_tripped
+    arm_joints = np.array([1, 1, 1, 1, 1, 0], np.float32)  # the gripper has its own speed limit
+    for i in range(1, 4):  # a reset's beats, as late: each one moves (at most one tick's speed, 2 at 50 Hz)
+        g.send_paced(base + 10.0 * arm_joints)
+        np.testing.assert_allclose(arm.commanded_positions(), base + 2.0 * i * arm_joints, atol=1e-3)
+        time.sleep(3 / HZ)
+    assert g.counts.held_for_watchdog == 1 and g.counts.watchdog_trips == 1 and g.counts.clipped_speed == 3  # the
+    # one held is the late loop's command that tripped it
+    g.estop.press("test")
+    g.send_paced(base)
+    np.testing.assert_allclose(arm.commanded_positions(), base + 6.0 * arm_joints, atol=1e-3)  # the e-stop holds
+    assert g.counts.held_for_estop == 1
+
+    fresh = guard(arm, tmp_path / "fresh", watch_time=True, watchdog_late_ticks=3)
+    for _ in range(4):  # the loop's first command after a paced one is not judged late against it
+        fresh.send_paced(arm.commanded_positions())
+        time.sleep(3 / HZ)
+        fresh.send_action(arm.commanded_positions())
+    assert not fresh.watchdog_tripped and fresh.counts.watchdog_trips == 0
 
 
 def test_the_watchdog_trips_when_the_policy_stops_answering_and_lets_go_when_it_answers(arm, tmp_path):

@@ -22,7 +22,10 @@ only when the loop runs in wall time, ``watch_time``) hold the robot until the l
 ``watchdog_recover_ticks``. ``watchdog_stall_ticks`` ticks in a row without a policy action (``note_stalled``:
 the policy stopped answering) trip it too, counted and said; the robot already holds on each stalled tick (the
 episode loop sends the task's ``hold_action``), and the first tick with an action again releases it. It guards a
-late loop or a silent policy, not a person: it lets go by itself.
+late loop or a silent policy, not a person: it lets go by itself. A move the task paces itself between episodes (a
+reset's line to its pose, the hold while the person sets the scene up: ``send_paced``) passes every other check
+but is not watched for lateness: each of its commands is one beat's step from the last one sent, so a late beat
+only makes it slower, and holding it would leave the arm short of the pose the next episode starts from.
 
 The e-stop (``EStop``) is a latch in a file of the run directory, so a key, a teleop button, the browser or
 ``robolearn estop`` from another shell can press it, and it survives every restart: a new actor process, a
@@ -192,10 +195,20 @@ class GuardedRobot:
         return self.robot.get_observation()
 
     def send_action(self, action: np.ndarray) -> np.ndarray:
-        self.counts.commands += 1
         now = time.monotonic()
         self._watch(now)
         self._t_last = now
+        return self._checked(action, watched=True)
+
+    def send_paced(self, action: np.ndarray) -> np.ndarray:
+        """A command of a move the task paces itself between episodes (``RealTaskEnv``'s reset): the e-stop, the
+        limits, non-finite rejection and the speed limit as for ``send_action``, not the lateness watchdog (neither
+        its count nor its hold), and the control loop's next command is not judged late against it."""
+        self._t_last = None
+        return self._checked(action, watched=False)
+
+    def _checked(self, action: np.ndarray, watched: bool) -> np.ndarray:
+        self.counts.commands += 1
         if self.estop.latched:
             self.counts.held_for_estop += 1
             return self._send(self._hold())
@@ -204,7 +217,7 @@ class GuardedRobot:
             self.counts.rejected_non_finite += 1
             self.counts.note(f"rejected command {action.tolist()} (shape {action.shape}); holding")
             return self._send(self._hold())
-        if self._late_trip:
+        if self._late_trip and watched:
             self.counts.held_for_watchdog += 1
             return self._send(self._hold())
         command = self.action_spec.clip(action)

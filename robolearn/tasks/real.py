@@ -6,7 +6,8 @@ One episode:
     reset     (``task.reset.by_teleop``: the person first puts the scene back by teleop, ends with Enter)
               the arm moves to the named pose ``task.reset.pose`` along a straight joint-space line at
               ``task.reset.max_speed`` (every command through the actor's safety guard, paced at the
-              control rate), then holds while the person sets the scene up, until they press Enter
+              control rate; a late beat only slows it: the guard's lateness watchdog does not hold a reset,
+              ``GuardedRobot.send_paced``), then holds while the person sets the scene up, until they press Enter
               ("ready": only an Enter after the move counts), or ``task.reset.ready_timeout_s`` passes (then it
               starts, and says so; 0, the default: it waits)
     ticks     action = a bounded joint-position change of the command (the sim tasks' action units, so a
@@ -44,6 +45,7 @@ import mujoco
 import numpy as np
 
 from robolearn.hardware.robot import Robot
+from robolearn.hardware.safety import GuardedRobot
 from robolearn.hardware.teleop import TeleopEvent
 from robolearn.registry import lookup
 from robolearn.rewards.classifier import load_classifier
@@ -277,10 +279,12 @@ class RealTaskEnv:
     def _measured(self) -> np.ndarray:
         return self.robot.get_observation()["state"][:len(JOINTS)].astype(np.float32)
 
-    def _send(self, target: np.ndarray) -> np.ndarray:
+    def _send(self, target: np.ndarray, paced: bool = False) -> np.ndarray:
         """Command ``target`` (robot units) through the robot (the guard in a run); the new command is what it
-        reports it sent."""
-        sent = np.asarray(self.robot.send_action(target), np.float32)
+        reports it sent. ``paced``: a beat of the reset, which paces itself (``GuardedRobot.send_paced``: the
+        guard's lateness watchdog would hold a late reset short of its pose)."""
+        sent = np.asarray(self.robot.send_paced(target) if paced and isinstance(self.robot, GuardedRobot)
+                          else self.robot.send_action(target), np.float32)
         self._command = sent.copy()
         return sent
 
@@ -374,7 +378,7 @@ class RealTaskEnv:
             now = self.commanded()
             if np.max(np.abs(pose - now)) <= 1e-3:
                 return
-            self._send(now + np.clip(pose - now, -step, step))
+            self._send(now + np.clip(pose - now, -step, step), paced=True)
             self._beat(t0)
         self.counts.resets_short_of_the_pose += 1
         print(f"[task=real] the arm did not reach the reset pose '{self.task.reset.pose}' (held back on the way: "
@@ -391,7 +395,7 @@ class RealTaskEnv:
                 if self.operator.take_ready():
                     return
                 target = self.operator.drive_target()
-                self._send(self._bounded(target) if target is not None else self.commanded())
+                self._send(self._bounded(target) if target is not None else self.commanded(), paced=True)
                 self._beat(t0)
         finally:
             self.operator.end_drive()
@@ -413,7 +417,7 @@ class RealTaskEnv:
                 print(f"[task=real] no 'ready' within task.reset.ready_timeout_s={timeout:g} s; starting the episode",
                       file=sys.stderr, flush=True)
                 break
-            self._send(self.commanded())  # hold, and keep the watchdog's beat
+            self._send(self.commanded(), paced=True)  # hold
             self._beat(t0)
 
     # --- a tick
