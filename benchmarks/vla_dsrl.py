@@ -7,10 +7,10 @@
    ``--workdir`` (vla.py's ``save_policy``, with ``bc.json``); ``--base CKPT`` starts from one saved by bench-vla
    (``<its workdir>/policy-0/checkpoints/latest.pt``) or by an earlier run of this script instead, and refuses it
    unless the ``bc.json`` beside it names the settings this run would train with (``--base-seed``, ``--demos``,
-   ``--bc-steps``, ``--batch-size``, ``--camera-strides``, the demos' perturbation, the scene, the VLA config). The
-   VLA is bench-vla's default one (``vla.policy_config``, colour words on): bench-vla's ``--camera-encoder``,
-   ``--text-encoder`` and ``--no-colour-words`` have no counterpart here, so a policy trained with them is refused as a
-   base.
+   ``--bc-steps``, ``--batch-size``, ``--camera-strides``, ``--wrist-shift-pad``, the demos' perturbation, the
+   scene, the VLA config). The VLA is bench-vla's default one (``vla.policy_config``, colour words on): bench-vla's
+   ``--camera-encoder``, ``--text-encoder`` and ``--no-colour-words`` have no counterpart here, so a policy trained
+   with them is refused as a base.
 2. Its success on the held-out seeds: vla.py's ``evaluate``, 100 episodes from 910000 (never used while developing),
    sync, the first 5 actions of each 10-action chunk executed.
 3. ``--runs`` runs of the shipped ``robolearn run`` (actor and learner processes, the transitions spooled and
@@ -62,6 +62,7 @@ from vla import (  # noqa: E402
     EXECUTE,
     PERTURB,
     TRAIN_TEMPLATES,
+    WRIST_SHIFT_PAD,
     H,
     bc_settings,
     behaviour_clone,
@@ -175,6 +176,8 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--camera-strides", type=int, nargs="+", default=CAMERA_STRIDES,
                     help="policy.camera_strides of the BC start (bench-vla's by default)")
+    ap.add_argument("--wrist-shift-pad", type=int, default=WRIST_SHIFT_PAD,
+                    help="policy.camera_shift_pads.wrist of the BC start (bench-vla's by default)")
     ap.add_argument("--eval-seed", type=int, default=EVAL_SEED, help="first evaluation seed (development: 50000; "
                     "the results file then goes to a work folder, not benchmarks/results)")
     ap.add_argument("--workdir", type=Path, default=None, help="where the runs go (default: a new temporary folder)")
@@ -189,7 +192,7 @@ def main() -> None:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-vla-dsrl-"))
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"work folder: {workdir} (the BC start, each run, progress.json)", flush=True)
-    config = policy_config(camera_strides=args.camera_strides)  # bench-vla's defaults
+    config = policy_config(camera_strides=args.camera_strides, wrist_shift_pad=args.wrist_shift_pad)
     task = task_config({c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}, scene_state=False)
     env = PickCubeEnv(task)
     t0 = time.perf_counter()
