@@ -103,9 +103,11 @@ def policy_config(camera_encoder: str = "conv", text_encoder: str = "word_vector
     0.48 against 0.32 on the paraphrases, the same on the trained instructions, as the word vectors alone;
     BENCHMARKS.md); the wrist camera's random shift ``wrist_shift_pad`` pixels, the front camera's the default."""
     strides = list(camera_strides) if camera_encoder == "conv" else list(DRQ_STRIDES)
-    return VLAPolicyConfig(chunk_horizon=H, max_prefix=0, camera_encoder=camera_encoder, text_encoder=text_encoder,
-                           camera_strides=strides, colour_words=colour_words,
-                           camera_shift_pads={"wrist": wrist_shift_pad})
+    config = VLAPolicyConfig(chunk_horizon=H, max_prefix=0, camera_encoder=camera_encoder, text_encoder=text_encoder,
+                             camera_strides=strides, colour_words=colour_words)
+    if wrist_shift_pad != config.image_shift_pad:  # the same pad as the front camera's is the policy's default
+        config.camera_shift_pads = {"wrist": wrist_shift_pad}
+    return config
 
 
 def task_config(instructions: dict[str, list[str]], scene_state: bool) -> PickCubeColorConfig:
@@ -201,7 +203,8 @@ def saved_bc(checkpoint: Path, expected: dict, role: str) -> dict:
     def flat(settings: dict) -> dict:  # "policy.camera_strides": ..., so a difference names its field
         return {f"{k}.{sub}" if isinstance(v, dict) else k: w for k, v in settings.items()
                 for sub, w in (v.items() if isinstance(v, dict) else [(None, v)])}
-    had = flat(saved["settings"])
+    # a policy field added since the file was written has its default there (the policy computed as with it)
+    had = {**flat(json.loads(json.dumps({"policy": vars(VLAPolicyConfig())}))), **flat(saved["settings"])}
     differs = [f"{k} {had.get(k)!r} (this run's: {v!r})" for k, v in flat(expected).items() if had.get(k) != v]
     if differs:
         raise SystemExit(f"{role} {checkpoint} is not the policy this run would train; it differs in "

@@ -314,9 +314,9 @@ def check_buildable(cfg: RunConfig) -> None:
         registry.lookup("algo", cfg.algo.name).factory(policy, cfg.algo, cfg.seed)
     except (ValueError, NotImplementedError) as exc:
         raise ConfigError(f"config error at 'algo={cfg.algo.name}' with policy={cfg.policy.name}: {exc}") from None
-    critic_horizon = getattr(cfg.algo, "critic_horizon", None)  # DSRL's
-    if critic_horizon is not None and cfg.actor.chunking.mode != "naive_async":
-        chunk = getattr(policy, "horizon", 1)
+    if cfg.algo.name == "dsrl" and cfg.actor.chunking.mode != "naive_async":
+        critic_horizon = cfg.algo.critic_horizon
+        chunk = policy.horizon
         executed = cfg.actor.chunking.execute_horizon or chunk
         if (critic_horizon or chunk) != executed:  # said, not silent: the critic then scores actions never executed
             print(f"warning: algo.critic_horizon={critic_horizon} scores {critic_horizon or chunk} actions of each "

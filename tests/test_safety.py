@@ -85,6 +85,12 @@ def test_a_paced_move_is_never_held_for_lateness_and_keeps_every_other_check(arm
         time.sleep(3 / HZ)
     assert g.counts.held_for_watchdog == 1 and g.counts.watchdog_trips == 1 and g.counts.clipped_speed == 3  # the
     # one held is the late loop's command that tripped it
+    assert g.watchdog_tripped  # late paced beats never let it go
+    for _ in range(5):  # on-time ones do, as the loop's would (the first comes late, after the sleep above)
+        g.send_paced(arm.commanded_positions())
+    assert g.watchdog_tripped
+    g.send_paced(arm.commanded_positions())  # the fifth on time: watchdog_recover_ticks
+    assert not g.watchdog_tripped
     g.estop.press("test")
     g.send_paced(base)
     np.testing.assert_allclose(arm.commanded_positions(), base + 6.0 * arm_joints, atol=1e-3)  # the e-stop holds

@@ -23,9 +23,10 @@ only when the loop runs in wall time, ``watch_time``) hold the robot until the l
 the policy stopped answering) trip it too, counted and said; the robot already holds on each stalled tick (the
 episode loop sends the task's ``hold_action``), and the first tick with an action again releases it. It guards a
 late loop or a silent policy, not a person: it lets go by itself. A move the task paces itself between episodes (a
-reset's line to its pose, the hold while the person sets the scene up: ``send_paced``) passes every other check
-but is not watched for lateness: each of its commands is one beat's step from the last one sent, so a late beat
-only makes it slower, and holding it would leave the arm short of the pose the next episode starts from.
+reset's line to its pose, the person's teleop reset, the hold while they set the scene up: ``send_paced``) passes
+every other check but is never held for lateness: each of its commands is one beat's step from the last one sent,
+so a late beat only makes it slower, and holding it would leave the arm short of the pose the next episode starts
+from. Its on-time beats still count toward letting a tripped watchdog go.
 
 The e-stop (``EStop``) is a latch in a file of the run directory, so a key, a teleop button, the browser or
 ``robolearn estop`` from another shell can press it, and it survives every restart: a new actor process, a
@@ -156,7 +157,8 @@ class GuardedRobot:
         self.watch_time = watch_time  # False under a simulated clock: wall time says nothing about its ticks
         self.counts = SafetyCounts()
         self._last: np.ndarray | None = None   # the last command sent
-        self._t_last: float | None = None
+        self._t_last: float | None = None      # the loop's last command
+        self._t_paced: float | None = None     # the last paced command since the loop's last one (send_paced)
         self._late = self._stalled = self._on_time = 0
         self._late_trip = self._stall_trip = False
         names = robot.action_spec.array.names
@@ -197,14 +199,19 @@ class GuardedRobot:
     def send_action(self, action: np.ndarray) -> np.ndarray:
         now = time.monotonic()
         self._watch(now)
-        self._t_last = now
+        self._t_last, self._t_paced = now, None
         return self._checked(action, watched=True)
 
     def send_paced(self, action: np.ndarray) -> np.ndarray:
-        """A command of a move the task paces itself between episodes (``RealTaskEnv``'s reset): the e-stop, the
-        limits, non-finite rejection and the speed limit as for ``send_action``, not the lateness watchdog (neither
-        its count nor its hold), and the control loop's next command is not judged late against it."""
-        self._t_last = None
+        """A command of a move the task paces itself between episodes (``RealTaskEnv``'s reset and its waits): the
+        e-stop, the limits, non-finite rejection and the speed limit as for ``send_action``; the lateness watchdog
+        neither counts it late nor holds it, but while tripped its on-time beats count toward letting go, as the
+        loop's do (so a trip late in an episode need not hold the next one's first ticks). The control loop's next
+        command is not judged late against it."""
+        now = time.monotonic()
+        if self._late_trip:
+            self._recovering(self._came_late(now, self._t_paced))
+        self._t_last, self._t_paced = None, now
         return self._checked(action, watched=False)
 
     def _checked(self, action: np.ndarray, watched: bool) -> np.ndarray:
@@ -258,17 +265,24 @@ class GuardedRobot:
             self._stall_trip = False
             self.counts.note("the policy answers again")
 
+    def _came_late(self, now: float, before: float | None) -> bool:
+        return self.watch_time and before is not None and now - before > 1.5 * self.period
+
     def _watch(self, now: float) -> None:
-        late = self.watch_time and self._t_last is not None and now - self._t_last > 1.5 * self.period
+        late = self._came_late(now, self._t_last)
         self._late = self._late + 1 if late else 0
         if self._late >= self.safety.watchdog_late_ticks and not self._late_trip:
             self._late_trip, self._on_time = True, 0
             self._count_trip(f"{self._late} commands in a row came late (the loop is missing its deadlines); holding")
         elif self._late_trip:
-            self._on_time = 0 if late else self._on_time + 1
-            if self._on_time >= self.safety.watchdog_recover_ticks:
-                self._late_trip = False
-                self.counts.note(f"watchdog released after {self._on_time} on-time ticks")
+            self._recovering(late)
+
+    def _recovering(self, late: bool) -> None:
+        """One more command while tripped: on time, a step toward letting go; late, back to the start."""
+        self._on_time = 0 if late else self._on_time + 1
+        if self._on_time >= self.safety.watchdog_recover_ticks:
+            self._late_trip = False
+            self.counts.note(f"watchdog released after {self._on_time} on-time ticks")
 
     def _count_trip(self, reason: str) -> None:
         self.counts.watchdog_trips += 1

@@ -98,14 +98,14 @@ class DSRL:
                              f"{type(policy).__name__}")
         if not policy.config.base_checkpoint:
             raise ValueError("algo=dsrl needs the frozen flow policy's weights: set policy.base_checkpoint")
+        if config.critic_horizon > policy.horizon:
+            raise ValueError(f"algo.critic_horizon ({config.critic_horizon}) must be at most the base's chunk of "
+                             f"{policy.horizon} actions (0: all of them)")
         # the run's own checkpoint, once there is one, holds the same base weights (load_state_dict)
         try:
             base = load_checkpoint(Path(policy.config.base_checkpoint))
         except FileNotFoundError as exc:
             raise ValueError(f"policy.base_checkpoint: {exc}") from None
-        if config.critic_horizon > policy.horizon:
-            raise ValueError(f"algo.critic_horizon ({config.critic_horizon}) must be at most the base's chunk of "
-                             f"{policy.horizon} actions (0: all of them)")
         policy.load_base(base.policy_weights)
         self.cfg = config
         self.actor = policy
