@@ -79,15 +79,16 @@ def test_a_base_is_taken_only_with_the_bc_settings_this_run_would_train(tmp_path
         check_base(ckpt, bc_settings(policy_config(camera_strides=[2, 1, 1, 1]), 0, DEMOS, PERTURB, BC_STEPS, 128))
     with pytest.raises(SystemExit, match=r"scene 'cameras' \(this run's: 'state'\)"):
         check_base(ckpt, bc_settings(config, 0, DEMOS, PERTURB, BC_STEPS, 128, scene="state"))
-    with pytest.raises(SystemExit, match=r"camera_shift_pads \{'wrist': 2\} \(this run's: \{\}\)$"):
-        check_base(ckpt, bc_settings(policy_config(wrist_shift_pad=4), 0, DEMOS, PERTURB, BC_STEPS, 128))
+    wrist_2 = bc_settings(policy_config(wrist_shift_pad=2), 0, DEMOS, PERTURB, BC_STEPS, 128)
+    with pytest.raises(SystemExit, match=r"camera_shift_pads \{\} \(this run's: \{'wrist': 2\}\)$"):
+        check_base(ckpt, wrist_2)
     # a bc.json written before a policy field existed: the field's default, as the policy then computed
     before = json.loads((ckpt.parent.parent / "bc.json").read_text())
     del before["settings"]["policy"]["camera_shift_pads"]
     (ckpt.parent.parent / "bc.json").write_text(json.dumps(before))
-    assert check_base(ckpt, bc_settings(policy_config(wrist_shift_pad=4), 0, DEMOS, PERTURB, BC_STEPS, 128))
+    assert check_base(ckpt, settings)
     with pytest.raises(SystemExit, match=r"camera_shift_pads \{\} \(this run's: \{'wrist': 2\}\)$"):
-        check_base(ckpt, settings)
+        check_base(ckpt, wrist_2)
 
 
 def test_bench_vla_evaluates_the_policies_its_workdir_holds_without_recording_demos(tmp_path, monkeypatch):

@@ -20,8 +20,7 @@ mean over the words would dilute that word by the rest of the sentence.
 
 In training (``self.training``) every camera frame is shifted by up to ``image_shift_pad`` pixels (DrQ's random
 shift, drawn from torch's generator so a checkpoint restores it), which image BC needs to generalise from a few
-hundred demos; ``camera_shift_pads`` sets it per camera (a wrist camera close to the cube sees a pixel as a few
-millimetres, where the shift blurs the grasp; docs/algorithms.md, "VLA").
+hundred demos; ``camera_shift_pads`` sets it per camera (docs/algorithms.md, "VLA").
 
 The observation is a dict: ``state`` (B, S) float, each camera uint8 (B, H, W, 3), ``instruction`` uint8 (B, N)
 (UTF-8 bytes, ``robolearn.specs.encode_text``). Which keys: ``observation_keys``.
