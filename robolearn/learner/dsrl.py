@@ -22,7 +22,6 @@ the words each) was most of an update's time. The critic ensemble, target, tempe
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -36,6 +35,7 @@ from robolearn.learner.feature_cache import FeatureCache
 from robolearn.learner.sac import (
     Temperature,
     actor_step,
+    check_target_entropy_per_dim,
     critic_and_target,
     critic_step,
     sample_windows,
@@ -82,8 +82,7 @@ class DSRLConfig:
             raise ValueError(f"algo.demo_ratio must be in [0, 1), got {self.demo_ratio}")
         if self.grad_clip_norm < 0 or self.actor_update_every < 1:
             raise ValueError("algo.grad_clip_norm must be >= 0 and algo.actor_update_every >= 1")
-        if not math.isfinite(self.target_entropy_per_dim):
-            raise ValueError(f"algo.target_entropy_per_dim must be a finite number, got {self.target_entropy_per_dim}")
+        check_target_entropy_per_dim(self.target_entropy_per_dim)
         if self.actor_warmup < 0 or self.feature_cache < 0 or self.critic_horizon < 0:
             raise ValueError(f"algo.actor_warmup, algo.feature_cache and algo.critic_horizon must be >= 0, got "
                              f"{self.actor_warmup}, {self.feature_cache}, {self.critic_horizon}")

@@ -88,8 +88,7 @@ class SACConfig:
             raise ValueError(f"algo.bc_weight must be >= 0 (0: off), got {self.bc_weight}")
         if self.n_step < 0:
             raise ValueError(f"algo.n_step must be >= 1, or 0 for the chunk horizon, got {self.n_step}")
-        if not math.isfinite(self.target_entropy_per_dim):
-            raise ValueError(f"algo.target_entropy_per_dim must be a finite number, got {self.target_entropy_per_dim}")
+        check_target_entropy_per_dim(self.target_entropy_per_dim)
 
 
 class EnsembleLinear(nn.Module):
@@ -122,6 +121,12 @@ class EnsembleCritic(nn.Module):
         for layer, w, b in zip(self.layers, self.ln_weight, self.ln_bias):
             x = torch.addcmul(b, F.layer_norm(layer(x), w.shape[-1:]), w).relu_()
         return self.head(x).squeeze(-1)
+
+
+def check_target_entropy_per_dim(value: float) -> None:
+    """``algo.target_entropy_per_dim`` (SAC's and DSRL's): ValueError unless a finite number."""
+    if not math.isfinite(value):
+        raise ValueError(f"algo.target_entropy_per_dim must be a finite number, got {value}")
 
 
 class Temperature:
