@@ -20,6 +20,7 @@
            task.camera_size=64 task.camera_shadows=false +task.instructions.<colour>=[vla.py's training sentences]
            policy=dsrl policy.base.name=vla policy.base.<the VLA's settings> policy.base_checkpoint=<the BC start>
            policy.noise_bound=<--noise-bound> algo=dsrl algo.actor_warmup=<--actor-warmup>
+           algo.target_entropy_per_dim=<--target-entropy-per-dim>
            algo.critic_horizon=<--critic-horizon, default 5: the critic scores the actions each chunk executes>
            learner.utd_ratio=<--utd> learner.threads=2 budget.env_steps=<--env-steps>
            actor.chunking.mode=sync actor.chunking.splice=replace actor.chunking.max_prefix=0
@@ -121,6 +122,7 @@ def dsrl_run(workdir: Path, base: Path, task: PickCubeColorConfig, config: VLAPo
                 for k in ("mode", "splice", "max_prefix", "execute_horizon")]
     overrides = [*task_overrides(task), "policy=dsrl", *base_overrides(config), f"policy.base_checkpoint='{base}'",
                  f"policy.noise_bound={args.noise_bound}", "algo=dsrl", f"algo.actor_warmup={args.actor_warmup}",
+                 f"algo.target_entropy_per_dim={args.target_entropy_per_dim}",
                  f"algo.critic_horizon={args.critic_horizon}",
                  f"learner.utd_ratio={args.utd}", "learner.threads=2", f"budget.env_steps={args.env_steps}",
                  f"budget.minutes={args.minutes}", f"seed={seed}", *chunking, f"run_name={name}",
@@ -163,6 +165,8 @@ def main() -> None:
     ap.add_argument("--utd", type=float, default=0.25, help="learner updates per env step")
     ap.add_argument("--noise-bound", type=float, default=1.0, help="policy.noise_bound: the noise's range")
     ap.add_argument("--actor-warmup", type=int, default=400, help="algo.actor_warmup: critic-only updates first")
+    ap.add_argument("--target-entropy-per-dim", type=float, default=-0.5,
+                    help="algo.target_entropy_per_dim: the noise policy's target entropy per noise element")
     ap.add_argument("--critic-horizon", type=int, default=EXECUTE,
                     help="algo.critic_horizon: the actions of each chunk the critic scores (default: the executed "
                     f"ones, {EXECUTE}; 0: the whole chunk of {H}, as before 2026-12-06)")
@@ -255,6 +259,7 @@ def main() -> None:
                         settings={"policy.base": vars(config), "env_steps_per_run": args.env_steps,
                                   "utd_ratio": args.utd, "noise_bound": args.noise_bound,
                                   "critic_horizon": args.critic_horizon,
+                                  "target_entropy_per_dim": args.target_entropy_per_dim,
                                   "actor_warmup": args.actor_warmup, "learner_threads": 2, "execute_horizon": EXECUTE,
                                   "demos": args.demos, "bc_steps": args.bc_steps, "base_seed": args.base_seed,
                                   "eval_seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}",
