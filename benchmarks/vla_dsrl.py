@@ -21,6 +21,7 @@
            policy=dsrl policy.base.name=vla policy.base.<the VLA's settings> policy.base_checkpoint=<the BC start>
            policy.noise_bound=<--noise-bound> algo=dsrl algo.actor_warmup=<--actor-warmup>
            algo.target_entropy_per_dim=<--target-entropy-per-dim> algo.init_temperature=<--init-temperature>
+           algo.noise_critic=<--noise-critic>
            algo.critic_horizon=<--critic-horizon, default 5: the critic scores the actions each chunk executes>
            learner.utd_ratio=<--utd> learner.threads=2 budget.env_steps=<--env-steps>
            actor.chunking.mode=sync actor.chunking.splice=replace actor.chunking.max_prefix=0
@@ -123,7 +124,7 @@ def dsrl_run(workdir: Path, base: Path, task: PickCubeColorConfig, config: VLAPo
     overrides = [*task_overrides(task), "policy=dsrl", *base_overrides(config), f"policy.base_checkpoint='{base}'",
                  f"policy.noise_bound={args.noise_bound}", "algo=dsrl", f"algo.actor_warmup={args.actor_warmup}",
                  f"algo.target_entropy_per_dim={args.target_entropy_per_dim}",
-                 f"algo.init_temperature={args.init_temperature}",
+                 f"algo.init_temperature={args.init_temperature}", f"algo.noise_critic={args.noise_critic}",
                  f"algo.critic_horizon={args.critic_horizon}",
                  f"learner.utd_ratio={args.utd}", "learner.threads=2", f"budget.env_steps={args.env_steps}",
                  f"budget.minutes={args.minutes}", f"seed={seed}", *chunking, f"run_name={name}",
@@ -170,6 +171,8 @@ def main() -> None:
                     help="algo.target_entropy_per_dim: the noise policy's target entropy per noise element")
     ap.add_argument("--init-temperature", type=float, default=0.1,
                     help="algo.init_temperature: SAC's entropy weight alpha at the start")
+    ap.add_argument("--noise-critic", action="store_true",
+                    help="algo.noise_critic: the noise policy learns from a distilled noise critic (DSRL-NA)")
     ap.add_argument("--critic-horizon", type=int, default=EXECUTE,
                     help="algo.critic_horizon: the actions of each chunk the critic scores (default: the executed "
                     f"ones, {EXECUTE}; 0: the whole chunk of {H}, as before 2026-12-06)")
@@ -263,7 +266,7 @@ def main() -> None:
                                   "utd_ratio": args.utd, "noise_bound": args.noise_bound,
                                   "critic_horizon": args.critic_horizon,
                                   "target_entropy_per_dim": args.target_entropy_per_dim,
-                                  "init_temperature": args.init_temperature,
+                                  "init_temperature": args.init_temperature, "noise_critic": args.noise_critic,
                                   "actor_warmup": args.actor_warmup, "learner_threads": 2, "execute_horizon": EXECUTE,
                                   "demos": args.demos, "bc_steps": args.bc_steps, "base_seed": args.base_seed,
                                   "eval_seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}",

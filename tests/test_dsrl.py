@@ -1,5 +1,6 @@
 """DSRL: the frozen flow policy's weights stay bit-identical while the noise policy and critics learn, the noise
-policy's gradient comes through the flow, serving keeps the committed prefix, and a wrong set-up is named."""
+policy's gradient comes through the flow (or, with the noise critic, from a critic on the noise distilled from the
+action critic), serving keeps the committed prefix, and a wrong set-up is named."""
 
 from __future__ import annotations
 
@@ -112,6 +113,50 @@ def test_the_critic_scores_only_the_actions_executed_before_the_next_chunk(tmp_p
         DSRL(policy, DSRLConfig(critic_horizon=5))
 
 
+def test_the_noise_critic_is_distilled_from_the_action_critic_and_pi_w_learns_from_it_not_through_the_flow(
+        tmp_path, monkeypatch):
+    policy = DSRLPolicy(OBS, ACT, DSRLPolicyConfig(base=BASE, base_checkpoint=_base_checkpoint(tmp_path),
+                                                   hidden_dims=[32, 32]))
+    algo = DSRL(policy, DSRLConfig(critic_hidden_dims=[64, 64], noise_critic=True, critic_horizon=2))
+    state = _batch(1)["obs"].expand(64, -1)  # one state: what Q_W has to learn is how the value moves with w
+    context = algo.context(state, None)
+    feat = policy.normalise(context)
+    trained = algo.critic
+    algo.critic = lambda feat, action: -(action ** 2).sum(dim=1, keepdim=True).T * 10  # (1, B): a critic that cares
+
+    def fit_error() -> float:
+        """Q_W(s, w) against mean_j Q_j(s, F_k(s, w)) on fresh noise from the base's prior, over that value's
+        variance across the noise."""
+        with torch.no_grad():
+            w = torch.randn(64, 4, 3, generator=torch.Generator().manual_seed(9)).clamp(-1.5, 1.5)
+            value = algo.critic(feat, policy.actions(state, w)[:, :2].flatten(1)).mean(dim=0)
+            return float(((algo.noise_critic(feat, w.flatten(1)).mean(dim=0) - value) ** 2).mean() / value.var())
+    assert fit_error() > 10
+    for _ in range(1000):  # the action critic held still: only Q_W learns
+        algo.distil_step(state, context, feat)
+    # Q_W(s, w) now says what the critic says of F_k(s, w) (about 0.1 here; noise paired with another noise's
+    # actions stays above 1: nothing in w then tells the value)
+    assert fit_error() < 0.3
+    algo.critic = trained
+
+    graded = []  # was the flow ever run with gradients on? (pi_W's gradient through F would need them)
+    chunk = policy.base.chunk_from_noise
+    monkeypatch.setattr(policy.base, "chunk_from_noise", lambda *a, **k: graded.append(torch.is_grad_enabled())
+                        or chunk(*a, **k))
+    saved = {k: v.clone() for k, v in policy.base.state_dict().items()}
+    noise_before = {k: v.clone() for k, v in policy.noise_actor.state_dict().items()}
+    batch = {**_batch(), "action": _batch()["action"][:, :6]}
+    for _ in range(3):
+        metrics = algo.update(batch)
+    assert {"noise_critic_loss", "actor_loss"} <= metrics.keys() and all(np.isfinite(v) for v in metrics.values())
+    assert graded and not any(graded)  # F ran for the TD target and the distillation only, never for pi_W's step
+    assert any(not torch.equal(v, noise_before[k]) for k, v in policy.noise_actor.state_dict().items())
+    assert all(torch.equal(v, saved[k]) for k, v in policy.base.state_dict().items())
+    graded.clear()
+    DSRL(policy, DSRLConfig(critic_hidden_dims=[32, 32], critic_horizon=2)).update(batch)
+    assert any(graded)  # without the noise critic pi_W's step does run F with gradients (the check can fail)
+
+
 def test_the_target_entropy_counts_every_element_of_the_noise(tmp_path):
     policy = DSRLPolicy(OBS, ACT, DSRLPolicyConfig(base=BASE, base_checkpoint=_base_checkpoint(tmp_path),
                                                    hidden_dims=[32, 32]))
@@ -167,7 +212,8 @@ def test_a_wrong_set_up_is_named(tmp_path):
         DSRLPolicyConfig(base=FlowChunkPolicyConfig(mid_observation=True))
 
 
-def test_a_dsrl_learner_on_reach_resumes_exactly_and_never_changes_the_flow_policy(tmp_path):
+@pytest.mark.parametrize("noise_critic", [False, True])
+def test_a_dsrl_learner_on_reach_resumes_exactly_and_never_changes_the_flow_policy(tmp_path, noise_critic):
     from robolearn.builders import build_policy, task_specs
     from robolearn.config import validate
     from robolearn.learner.loop import Learner
@@ -180,9 +226,13 @@ def test_a_dsrl_learner_on_reach_resumes_exactly_and_never_changes_the_flow_poli
     flow = build_policy(bc, *task_specs(bc))  # stands in for a trained one: DSRL treats any as frozen
     path = tmp_path / "bc" / "checkpoints" / "latest.pt"
     save_policy_checkpoint(path, flow.state_dict())
-    cfg = validate(_cfg(task="reach", policy="dsrl", algo="dsrl", run_name="dsrl", **{
-        **{f"policy.base.{k}": v for k, v in base.items()}, "policy.base_checkpoint": str(path),
-        "policy.hidden_dims": "[32,32]", "algo.critic_hidden_dims": "[32,32]", "learner.batch_size": "32"}))
+    overrides = {**{f"policy.base.{k}": v for k, v in base.items()}, "policy.base_checkpoint": str(path),
+                 "policy.hidden_dims": "[32,32]", "algo.critic_hidden_dims": "[32,32]", "learner.batch_size": "32"}
+
+    def dsrl_config(noise_critic: bool):
+        return validate(_cfg(task="reach", policy="dsrl", algo="dsrl", run_name="dsrl", **overrides,
+                             **{"algo.noise_critic": str(noise_critic).lower()}))
+    cfg = dsrl_config(noise_critic)
     run = RunDir(tmp_path / "run")
     a = Learner(run, cfg, stop=None)
     fill(a)
@@ -199,6 +249,9 @@ def test_a_dsrl_learner_on_reach_resumes_exactly_and_never_changes_the_flow_poli
     assert all(torch.equal(after_a[k], after_b[k]) for k in after_a)
     frozen = flow.state_dict()
     assert all(torch.equal(after_b[f"base.{k}"], v) for k, v in frozen.items())  # the flow policy, bit for bit
+    assert ("noise_critic_loss" in metrics_a) == noise_critic
+    with pytest.raises(ValueError, match="resume with the setting it was saved with"):
+        Learner(run, dsrl_config(not noise_critic), stop=None)
 
 
 @pytest.mark.e2e

@@ -9,6 +9,13 @@ the noise policy (w = b * tanh(u), u ~ N(mu(s), sigma(s))):
     L_pi    = mean_B (alpha * log pi_W(w~|s) - mean_i Q_i(s, F_k(s, w~))),  w~ ~ pi_W(s), the gradient through F
     L_alpha = -mean_B log_alpha * (log pi_W(w~|s) + target_entropy),  target entropy e |W| (e = -1/2 by default)
 
+With ``noise_critic`` (DSRL-NA, "noise aliasing") pi_W learns from a noise critic Q_W instead, distilled from Q over
+noise drawn half from pi_W and half from the base's own prior N(0, I) (clipped to the bound b), so pi_W's gradient
+never passes through F:
+
+    L_W     = sum_i mean_B (Q_W,i(s, w) - mean_j Q_j(s, F_k(s, w)))^2,  w as above, no gradient into Q or F
+    L_pi    = mean_B (alpha * log pi_W(w~|s) - mean_i Q_W,i(s, w~))
+
 The critic scores executed actions, not noise: transitions need no record of the noise behind them, and
 demonstration and intervention steps (RLPD's ``demo_ratio``) are scored like any other. F's parameters are outside
 every optimiser and get no gradient; only pi_W and the critics learn, so the flow policy's weights stay
@@ -33,11 +40,13 @@ from robolearn.checkpoint import load_checkpoint
 from robolearn.learner.device import module_device
 from robolearn.learner.feature_cache import FeatureCache
 from robolearn.learner.sac import (
+    EnsembleCritic,
     Temperature,
     actor_step,
     check_target_entropy_per_dim,
     critic_and_target,
     critic_step,
+    optimiser_step,
     sample_windows,
     subset_min,
 )
@@ -71,6 +80,7 @@ class DSRLConfig:
     target_entropy_per_dim: float = -0.5  # e: target entropy e * |W| (|W| = H * A, the noise's elements; as SAC's)
     critic_horizon: int = 0        # k: the critic scores a chunk's first k actions, bootstrapping k steps on (set it
                                    # to actor.chunking.execute_horizon: the robot asks again after those); 0: all H
+    noise_critic: bool = False     # DSRL-NA: pi_W learns from Q_W(s, w) distilled from Q(s, F_k(s, w)), not through F
 
     def __post_init__(self) -> None:
         if self.num_critics < 2 or not 1 <= self.critic_subset <= self.num_critics:
@@ -116,6 +126,12 @@ class DSRL:
         self.temperature = Temperature(config.init_temperature, self.target_entropy, config.temperature_lr)
         self._actor_params = list(policy.noise_actor.parameters())  # never the base's
         self._critic_params = list(self.critic.parameters())
+        self.noise_critic: EnsembleCritic | None = None  # Q_W (DSRL-NA), on (c(s), w flattened)
+        if config.noise_critic:
+            self.noise_critic = EnsembleCritic(policy.context_dim, policy.horizon * policy.action_dim,
+                                               config.num_critics, config.critic_hidden_dims).to(device)
+            self._noise_critic_params = list(self.noise_critic.parameters())
+            self.noise_critic_opt = torch.optim.Adam(self._noise_critic_params, lr=config.critic_lr)
         self.actor_opt = torch.optim.Adam(self._actor_params, lr=config.actor_lr)
         self.critic_opt = torch.optim.Adam(self._critic_params, lr=config.critic_lr)
         self.generator = torch.Generator().manual_seed(seed)
@@ -153,6 +169,24 @@ class DSRL:
                               self.generator)
         return reward + discount * (target_q - alpha * next_log_prob)
 
+    def distil_step(self, obs: Observation, context: torch.Tensor, feat: torch.Tensor) -> dict[str, float]:
+        """L_W: one step of the noise critic Q_W towards the action critic's mean value of F_k(s, w), w half from
+        pi_W(s) and half from N(0, I) clipped to the bound (the noise the base was trained from); ``context`` c(s) and
+        ``feat`` its normalised form (B, C)."""
+        assert self.noise_critic is not None
+        with torch.no_grad():
+            drawn, _ = self.actor.noise(context)  # (B, H, A)
+            prior = torch.randn(drawn.shape, generator=self.generator).to(drawn.device)
+            bound = self.actor.config.noise_bound
+            half = drawn.shape[0] // 2
+            noise = torch.cat([drawn[:half], prior[half:].clamp(-bound, bound)])
+            actions = self.actor.actions(obs, noise, context=context)[:, :self.critic_horizon].flatten(1)
+            value = self.critic(feat, actions).mean(dim=0)
+        q_w = self.noise_critic(feat, noise.flatten(1))
+        loss = ((q_w - value.unsqueeze(0)) ** 2).mean(dim=1).sum()
+        optimiser_step(self.noise_critic_opt, loss, self._noise_critic_params, self.cfg.grad_clip_norm)
+        return {"noise_critic_loss": loss.item()}
+
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """One critic step (and maybe an actor step): obs (B, S) (or the dict of what the base reads), action
         (B, k * A) in [-1, 1], reward (B,), discount (B,), next_obs like obs."""
@@ -167,11 +201,17 @@ class DSRL:
         metrics = critic_step(self.critic_opt, self._critic_params, self.critic, self.critic_target, feat, action, y,
                               self.cfg.tau, self.cfg.grad_clip_norm)
         self.num_updates += 1
+        if self.noise_critic is not None:
+            metrics.update(self.distil_step(obs, context, feat))
 
         if self.num_updates > self.cfg.actor_warmup and self.num_updates % self.cfg.actor_update_every == 0:
-            new_action, log_prob = self.policy_actions(obs, context)  # the gradient reaches pi_W through F
-            self._last_actor_metrics = actor_step(self.actor_opt, self._actor_params, self.critic, self.temperature,
-                                                  feat, new_action, log_prob, alpha, self.cfg.grad_clip_norm)
+            if self.noise_critic is not None:  # DSRL-NA: scored by Q_W on the noise itself
+                noise, log_prob = self.actor.noise(context)
+                critic, scored = self.noise_critic, noise.flatten(1)
+            else:  # scored by Q on F_k(s, w~): the gradient reaches pi_W through F
+                critic, (scored, log_prob) = self.critic, self.policy_actions(obs, context)
+            self._last_actor_metrics = actor_step(self.actor_opt, self._actor_params, critic, self.temperature,
+                                                  feat, scored, log_prob, alpha, self.cfg.grad_clip_norm)
         metrics.update(self._last_actor_metrics)
         return metrics
 
@@ -182,9 +222,15 @@ class DSRL:
         return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
                 "critic_target": self.critic_target.state_dict(), "temperature": self.temperature.state_dict(),
                 "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
-                "generator": self.generator.get_state(), "num_updates": self.num_updates}
+                "generator": self.generator.get_state(), "num_updates": self.num_updates,
+                **({"noise_critic": self.noise_critic.state_dict(),
+                    "noise_critic_opt": self.noise_critic_opt.state_dict()} if self.noise_critic is not None else {})}
 
     def load_state_dict(self, state: dict) -> None:
+        if (self.noise_critic is not None) != ("noise_critic" in state):
+            raise ValueError(f"algo.noise_critic is {self.noise_critic is not None} but the checkpoint was saved "
+                             f"{'with' if 'noise_critic' in state else 'without'} a noise critic: resume with the "
+                             "setting it was saved with")
         self.actor.load_state_dict(state["actor"])
         self.critic.load_state_dict(state["critic"])
         self.critic_target.load_state_dict(state["critic_target"])
@@ -193,3 +239,6 @@ class DSRL:
         self.critic_opt.load_state_dict(state["critic_opt"])
         self.generator.set_state(state["generator"])
         self.num_updates = int(state["num_updates"])
+        if self.noise_critic is not None:
+            self.noise_critic.load_state_dict(state["noise_critic"])
+            self.noise_critic_opt.load_state_dict(state["noise_critic_opt"])
