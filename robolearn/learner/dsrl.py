@@ -72,8 +72,8 @@ class DSRLConfig:
     temperature_lr: float = 3e-4
     init_temperature: float = 0.1
     actor_update_every: int = 1
-    actor_warmup: int = 0          # critic-only updates before pi_W's first step: an untrained critic's gradient
-                                   # through F would move the noise away from where the frozen policy works
+    actor_warmup: int = 0          # critic-only updates before pi_W's first step: an untrained critic's slope
+                                   # (through F, or Q_W's) would move the noise away from where the frozen policy works
     demo_ratio: float = 0.0        # RLPD: share of each batch from demo + intervention steps (when any)
     grad_clip_norm: float = 0.0
     feature_cache: int = 200_000   # a VLA base's features kept per stored observation (rows; 0: encode every draw)
@@ -126,7 +126,10 @@ class DSRL:
         self.temperature = Temperature(config.init_temperature, self.target_entropy, config.temperature_lr)
         self._actor_params = list(policy.noise_actor.parameters())  # never the base's
         self._critic_params = list(self.critic.parameters())
-        self.noise_critic: EnsembleCritic | None = None  # Q_W (DSRL-NA), on (c(s), w flattened)
+        # Q_W (DSRL-NA) on (c(s), w flattened): the action critic's size, learning rate and clipping
+        self.noise_critic: EnsembleCritic | None = None
+        self._noise_critic_params: list[torch.Tensor] = []
+        self.noise_critic_opt: torch.optim.Optimizer | None = None
         if config.noise_critic:
             self.noise_critic = EnsembleCritic(policy.context_dim, policy.horizon * policy.action_dim,
                                                config.num_critics, config.critic_hidden_dims).to(device)
@@ -170,16 +173,18 @@ class DSRL:
         return reward + discount * (target_q - alpha * next_log_prob)
 
     def distil_step(self, obs: Observation, context: torch.Tensor, feat: torch.Tensor) -> dict[str, float]:
-        """L_W: one step of the noise critic Q_W towards the action critic's mean value of F_k(s, w), w half from
-        pi_W(s) and half from N(0, I) clipped to the bound (the noise the base was trained from); ``context`` c(s) and
-        ``feat`` its normalised form (B, C)."""
-        assert self.noise_critic is not None
+        """L_W: one step of the noise critic Q_W towards the action critic's ensemble mean value of F_k(s, w), each
+        row's w drawn from pi_W(s) or from the base's prior N(0, I) clipped to the bound, by an even coin per row
+        (rows come grouped by partition, so a split by position would give demo rows one kind of noise only);
+        ``context`` c(s) and ``feat`` its normalised form (B, C)."""
+        if self.noise_critic is None:
+            raise RuntimeError("DSRL.distil_step needs the noise critic: set algo.noise_critic=true")
         with torch.no_grad():
             drawn, _ = self.actor.noise(context)  # (B, H, A)
-            prior = torch.randn(drawn.shape, generator=self.generator).to(drawn.device)
             bound = self.actor.config.noise_bound
-            half = drawn.shape[0] // 2
-            noise = torch.cat([drawn[:half], prior[half:].clamp(-bound, bound)])
+            prior = torch.randn(drawn.shape, generator=self.generator).clamp(-bound, bound).to(drawn.device)
+            from_prior = (torch.rand(drawn.shape[0], generator=self.generator) < 0.5).to(drawn.device)
+            noise = torch.where(from_prior[:, None, None], prior, drawn)
             actions = self.actor.actions(obs, noise, context=context)[:, :self.critic_horizon].flatten(1)
             value = self.critic(feat, actions).mean(dim=0)
         q_w = self.noise_critic(feat, noise.flatten(1))
@@ -188,8 +193,8 @@ class DSRL:
         return {"noise_critic_loss": loss.item()}
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-        """One critic step (and maybe an actor step): obs (B, S) (or the dict of what the base reads), action
-        (B, k * A) in [-1, 1], reward (B,), discount (B,), next_obs like obs."""
+        """One critic step, with ``noise_critic`` one noise-critic step, and maybe an actor step: obs (B, S) (or the
+        dict of what the base reads), action (B, k * A) in [-1, 1], reward (B,), discount (B,), next_obs like obs."""
         obs, action, reward, discount, next_obs = (
             batch["obs"], batch["action"], batch["reward"], batch["discount"], batch["next_obs"])
         alpha = self.temperature.alpha

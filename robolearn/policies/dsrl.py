@@ -11,7 +11,7 @@ trunk features of the observation (instruction, cameras, state) beside the state
 policy and the critic know what was asked and what the cameras see without an encoder of their own. With pi_W's
 mean at 0 and b large the policy is close to the base's own sampling; pi_W learns which noise makes the frozen
 policy succeed. F is deterministic and differentiable in w, so a critic on executed actions Q(s, a) gives the noise
-policy its gradient through F.
+policy its gradient through F (by default; ``algo.noise_critic`` distils a critic on the noise instead).
 
 Serving (``predict_chunk``) is the base's: prefix-conditioned, the committed actions clamped at every Euler step,
 with the noise drawn from pi_W (its mean with ``explore=False``) instead of N(0, I).
