@@ -10,8 +10,8 @@ the noise policy (w = b * tanh(u), u ~ N(mu(s), sigma(s))):
     L_alpha = -mean_B log_alpha * (log pi_W(w~|s) + target_entropy),  target entropy e |W| (e = -1/2 by default)
 
 With ``noise_critic`` (DSRL-NA, "noise aliasing") pi_W learns from a noise critic Q_W instead, distilled from Q over
-noise drawn half from pi_W and half from the base's own prior N(0, I) (clipped to the bound b), so pi_W's gradient
-never passes through F:
+noise drawn, row by row at even odds, from pi_W or from the base's own prior N(0, I) (clipped to the bound b), so
+pi_W's gradient never passes through F:
 
     L_W     = sum_i mean_B (Q_W,i(s, w) - mean_j Q_j(s, F_k(s, w)))^2,  w as above, no gradient into Q or F
     L_pi    = mean_B (alpha * log pi_W(w~|s) - mean_i Q_W,i(s, w~))
