@@ -156,11 +156,16 @@ class DSRL:
         kept = self.features(obs, ids) if self.features is not None and ids is not None else None
         return self.actor.context(obs, kept)
 
+    def executed_actions(self, obs: Observation, noise: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+        """F_k(s, w): the first k actions of the chunk F makes from ``noise`` (B, H, A), flattened (B, k * A), as
+        the critic reads them."""
+        return self.actor.actions(obs, noise, context=context)[:, :self.critic_horizon].flatten(1)
+
     def policy_actions(self, obs: Observation, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """a = F_k(s, w), w ~ pi_W(c(s)): the chunk's first k actions (B, k * A) and log pi_W(w|s) (B,),
         differentiable in pi_W."""
         noise, log_prob = self.actor.noise(context)
-        return self.actor.actions(obs, noise, context=context)[:, :self.critic_horizon].flatten(1), log_prob
+        return self.executed_actions(obs, noise, context), log_prob
 
     @torch.no_grad()
     def td_target(self, reward: torch.Tensor, discount: torch.Tensor, next_obs: Observation, context: torch.Tensor,
@@ -185,8 +190,7 @@ class DSRL:
             prior = torch.randn(drawn.shape, generator=self.generator).clamp(-bound, bound).to(drawn.device)
             from_prior = (torch.rand(drawn.shape[0], generator=self.generator) < 0.5).to(drawn.device)
             noise = torch.where(from_prior[:, None, None], prior, drawn)
-            actions = self.actor.actions(obs, noise, context=context)[:, :self.critic_horizon].flatten(1)
-            value = self.critic(feat, actions).mean(dim=0)
+            value = self.critic(feat, self.executed_actions(obs, noise, context)).mean(dim=0)
         q_w = self.noise_critic(feat, noise.flatten(1))
         loss = ((q_w - value.unsqueeze(0)) ** 2).mean(dim=1).sum()
         optimiser_step(self.noise_critic_opt, loss, self._noise_critic_params, self.cfg.grad_clip_norm)
@@ -233,9 +237,9 @@ class DSRL:
 
     def load_state_dict(self, state: dict) -> None:
         if (self.noise_critic is not None) != ("noise_critic" in state):
-            raise ValueError(f"algo.noise_critic is {self.noise_critic is not None} but the checkpoint was saved "
-                             f"{'with' if 'noise_critic' in state else 'without'} a noise critic: resume with the "
-                             "setting it was saved with")
+            saved = "with" if "noise_critic" in state else "without"
+            raise ValueError(f"algo.noise_critic is {str(self.noise_critic is not None).lower()} but the checkpoint "
+                             f"was saved {saved} a noise critic: resume with the setting it was saved with")
         self.actor.load_state_dict(state["actor"])
         self.critic.load_state_dict(state["critic"])
         self.critic_target.load_state_dict(state["critic_target"])
