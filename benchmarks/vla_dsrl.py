@@ -1,6 +1,6 @@
 """DSRL on the VLA of ``make bench-vla``: ``dsrl_success_gain``, success gained by steering the frozen VLA's noise.
 
-    make bench-vla-dsrl   (python benchmarks/vla_dsrl.py [--runs 3] [--env-steps 12000] [--utd 0.25] [--episodes 100])
+    make bench-vla-dsrl   (python benchmarks/vla_dsrl.py [--runs 3] [--env-steps 24000] [--utd 0.25] [--episodes 100])
 
 1. The BC start: bench-vla's policy ``--base-seed`` (default 0), trained here as there (vla.py's ``record_demos`` and
    ``behaviour_clone``: the same demos, settings, BC steps and seed) and saved as a robolearn checkpoint in
@@ -163,7 +163,7 @@ def zero_noise(env: PickCubeEnv, config: VLAPolicyConfig, weights: dict[str, tor
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3, help="DSRL runs (seeds 0..runs-1) from the one BC start")
-    ap.add_argument("--env-steps", type=int, default=12000, help="each DSRL run's budget of env steps")
+    ap.add_argument("--env-steps", type=int, default=24000, help="each DSRL run's budget of env steps")
     ap.add_argument("--utd", type=float, default=0.25, help="learner updates per env step")
     ap.add_argument("--noise-bound", type=float, default=1.0, help="policy.noise_bound: the noise's range")
     ap.add_argument("--actor-warmup", type=int, default=400, help="algo.actor_warmup: critic-only updates first")
