@@ -71,7 +71,7 @@ def _resume_config(run: RunDir, overrides: list[str]) -> RunConfig:
             continue
         if "." not in key and OmegaConf.select(stored, f"{key}.name") == value:
             continue  # a config group pick that matches the stored run
-        _fail(f"'{ov}' cannot change on resume (only budget.*, runtime.*, actor.*, learner.* may); "
+        _fail(f"'{ov}' cannot change on resume (only budget.*, runtime.*, actor.*, learner.*, teleop.* may); "
               "start a new run_name instead")
     mutable = [o.lstrip("+") for o in overrides if o.startswith(RESUME_MUTABLE)]
     return validate(OmegaConf.to_container(OmegaConf.merge(stored, OmegaConf.from_dotlist(mutable))))
