@@ -33,6 +33,14 @@
    (its weights are compared with the BC start's, tensor by tensor). The figures so far go to
    ``<workdir>/progress.json`` as each run ends; the results file is written once all runs have.
 
+``--confirm WORKDIR`` (``make bench-vla-dsrl ARGS="--confirm <the figure's workdir>"``) evaluates the committed figure's
+policies again, on 100 episodes from ``--confirm-seed`` (930000: no run, no development and no other benchmark has
+used them): the BC start both ways and each run's last checkpoint, found in the work folder that figure's run left
+(its ``settings.workdir``; each checkpoint must be at the env steps the figure recorded and the VLA in it unchanged).
+They go into the results file as ``confirmation`` beside the figure, with their own gain; the goal stays the
+held-out seeds' figure. The held-out seeds have served every figure of this benchmark, and its budget was raised
+after the 12,000-step figure on them; the confirmation's seeds are the check that the gain is not theirs.
+
 The BC start is evaluated twice: as the VLA serves itself (its flow from sampled noise) and from zero noise (through
 DSRL's serving with the noise policy's mean held at 0: where a run's deterministic evaluation starts before it
 learns). ``dsrl_success_gain`` (issue 18, >= 0.15): the median over runs of success after minus the better of the
@@ -48,12 +56,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import ROBOLEARN, goal, run_command, spread, write_result  # noqa: E402
+from common import COMMIT, RESULTS, ROBOLEARN, goal, run_command, spread, write_result  # noqa: E402
 from vla import (  # noqa: E402
     BC_STEPS,
     CAMERA_STRIDES,
@@ -149,6 +158,58 @@ def dsrl_run(workdir: Path, base: Path, task: PickCubeColorConfig, config: VLAPo
     return run, summary
 
 
+CONFIRM_SEED = 930_000  # --confirm's episodes: seeds nothing else has used
+
+
+def trained_policy(run: Path, env: PickCubeEnv, start: dict[str, torch.Tensor]) -> tuple[DSRLPolicy, int, bool]:
+    """A DSRL run's last checkpoint as its config builds it, the env steps it was saved at, and whether the VLA in it
+    is bit-identical to ``start`` (the BC start's weights)."""
+    dsrl = build_policy(load_run_config(run / "config.yaml"), env.observation_spec, env.action_spec)
+    ckpt = load_checkpoint(run / "checkpoints" / "latest.pt")
+    dsrl.load_state_dict(ckpt.policy_weights)
+    frozen = dsrl.base.state_dict()
+    return dsrl, ckpt.env_steps, all(torch.equal(frozen[k], v) for k, v in start.items())
+
+
+def confirm(workdir: Path, env: PickCubeEnv, config: VLAPolicyConfig, settings: dict, command: str, seeds: str,
+            evaluate_on: Callable[[torch.nn.Module], dict]) -> Path:
+    """``--confirm``: the committed figure's BC start and runs (in ``workdir``, where that figure's run left them)
+    evaluated by ``evaluate_on`` (on the confirmation's ``seeds``), added to its results file as ``confirmation``.
+    SystemExit when ``workdir`` is not that figure's, when its VLA settings are not this command's, or when a run's
+    checkpoint is not the one the figure evaluated."""
+    path = RESULTS / "vla_dsrl.json"
+    result = json.loads(path.read_text())
+    if Path(result["settings"]["workdir"]).resolve() != workdir.resolve():
+        raise SystemExit(f"--confirm {workdir}: {path}'s figure was measured in {result['settings']['workdir']}")
+    if result["settings"]["policy.base"] != json.loads(json.dumps(vars(config))):
+        raise SystemExit(f"--confirm: {path}'s VLA settings are not this command's; pass the options it ran with "
+                         f"({result['command']})")
+    policy, _ = load_policy(env, config, Path(result["bc_start"]["checkpoint"]), settings, "--confirm")
+    start = {k: v.clone() for k, v in policy.state_dict().items()}
+    before = evaluate_on(policy)
+    zero = evaluate_on(zero_noise(env, config, start))
+    baseline = max(before["success"], zero["success"])
+    print(f"BC start: success {before['success']:.2f}; from zero noise {zero['success']:.2f}", flush=True)
+    runs = []
+    for recorded in result["runs"]:
+        dsrl, env_steps, unchanged = trained_policy(workdir / "runs" / f"dsrl-{recorded['seed']}", env, start)
+        if env_steps != recorded["checkpoint_env_steps"] or not unchanged:
+            raise SystemExit(f"--confirm: run {recorded['seed']}'s checkpoint in {workdir} is not the one the figure "
+                             f"evaluated (env steps {env_steps}, recorded {recorded['checkpoint_env_steps']}; VLA "
+                             f"unchanged: {unchanged})")
+        after = evaluate_on(dsrl)
+        runs.append({"seed": recorded["seed"], "success": after["success"], "per_colour": after["per_colour"],
+                     "gain": round(after["success"] - baseline, 4)})
+        print(f"DSRL run {recorded['seed']}: success {after['success']:.2f} (gain {runs[-1]['gain']:+.2f})", flush=True)
+    result["confirmation"] = {
+        "command": command, "commit": COMMIT, "seeds": seeds, "dsrl_success_gain":
+        spread([r["gain"] for r in runs], 4), "gain_over": baseline,
+        "bc_start": {k: before[k] for k in ("success", "per_colour", "episodes_per_colour")},
+        "bc_start_zero_noise": {k: zero[k] for k in ("success", "per_colour")}, "runs": runs}
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    return path
+
+
 def zero_noise(env: PickCubeEnv, config: VLAPolicyConfig, weights: dict[str, torch.Tensor]) -> DSRLPolicy:
     """The BC start served through DSRL with the noise policy's mean held at 0: the flow from zero noise, the start
     a DSRL run's deterministic evaluation sits near before it learns (the VLA itself samples its noise)."""
@@ -191,6 +252,9 @@ def main() -> None:
     ap.add_argument("--eval-seed", type=int, default=EVAL_SEED, help="first evaluation seed (development: 50000; "
                     "the results file then goes to a work folder, not benchmarks/results)")
     ap.add_argument("--workdir", type=Path, default=None, help="where the runs go (default: a new temporary folder)")
+    ap.add_argument("--confirm", type=Path, default=None, help="the committed figure's work folder: evaluate its "
+                    "policies on --confirm-seed's episodes and add them to its results file (no runs)")
+    ap.add_argument("--confirm-seed", type=int, default=CONFIRM_SEED, help="--confirm's first episode seed")
     args = ap.parse_args()
     if args.runs < 1:
         ap.error("--runs must be >= 1")
@@ -206,13 +270,18 @@ def main() -> None:
     task = task_config({c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}, scene_state=False)
     env = PickCubeEnv(task)
     t0 = time.perf_counter()
-    def held_out(policy: torch.nn.Module) -> dict:
+    def held_out(policy: torch.nn.Module, first_seed: int = args.eval_seed) -> dict:
         """``policy``'s success on the held-out seeds (vla.py's evaluation)."""
         return evaluate(env, ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim), args.episodes,
-                        args.eval_seed)
+                        first_seed)
 
     base = args.base
     settings = bc_settings(config, args.base_seed, args.demos, PERTURB, args.bc_steps, args.batch_size)
+    if args.confirm:
+        seeds = f"{args.confirm_seed}..{args.confirm_seed + args.episodes - 1}"
+        path = confirm(args.confirm, env, config, settings, command, seeds, lambda p: held_out(p, args.confirm_seed))
+        print(f"confirmation on seeds {args.confirm_seed}.. -> {path}")
+        return
     if base is None:
         data = record_demos(env, args.demos, PERTURB)
         policy, bc_record = behaviour_clone(env, data, config, args.base_seed, args.bc_steps, args.batch_size)
@@ -234,14 +303,10 @@ def main() -> None:
         run, summary = dsrl_run(workdir, base.resolve(), task, config, seed, args)
         trained = {k: summary[k] for k in ("env_steps", "episodes", "success_rate_last_50", "updates",
                                            "wall_minutes")}
-        dsrl = build_policy(load_run_config(run / "config.yaml"), env.observation_spec, env.action_spec)
-        ckpt = load_checkpoint(run / "checkpoints" / "latest.pt")
-        dsrl.load_state_dict(ckpt.policy_weights)
-        frozen = dsrl.base.state_dict()
-        unchanged = all(torch.equal(frozen[k], v) for k, v in start.items())
+        dsrl, env_steps, unchanged = trained_policy(run, env, start)
         after = held_out(dsrl)
         runs.append({"seed": seed, "success": after["success"], "per_colour": after["per_colour"],
-                     "gain": round(after["success"] - baseline, 4), "checkpoint_env_steps": ckpt.env_steps,
+                     "gain": round(after["success"] - baseline, 4), "checkpoint_env_steps": env_steps,
                      "training": trained, "vla_unchanged": unchanged,
                      "minutes": round((time.perf_counter() - t1) / 60, 1)})
         print(f"DSRL run {seed}: success {after['success']:.2f} {after['per_colour']} (gain {runs[-1]['gain']:+.2f}; "

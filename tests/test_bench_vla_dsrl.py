@@ -16,6 +16,7 @@ from robolearn.config import compose, validate
 from robolearn.policies.vla import VLAPolicy
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+import vla_dsrl  # noqa: E402
 from common import COMMIT  # noqa: E402
 from vla import (  # noqa: E402
     BC_STEPS,
@@ -29,7 +30,7 @@ from vla import (  # noqa: E402
     policy_config,
     save_policy,
 )
-from vla_dsrl import base_overrides  # noqa: E402
+from vla_dsrl import base_overrides, confirm  # noqa: E402
 
 
 def run_base(overrides: list[str]):
@@ -43,6 +44,26 @@ def test_the_benchmarks_vla_settings_compose_into_the_runs_frozen_base():
     older = replace(config, camera_strides=[2, 1, 1, 1], text_encoder="minilm", colour_words=False)  # an older start
     assert run_base(base_overrides(older)) == older
     assert run_base([]) != config  # without the overrides the run would build another network
+
+
+def test_a_confirmation_takes_only_the_figures_own_work_folder_and_settings(tmp_path, monkeypatch):
+    """--confirm re-evaluates the committed figure's policies: another run's folder, or this command's VLA settings
+    differing from the figure's, is refused before anything is evaluated."""
+    config = policy_config()
+    figure = {"command": "make bench-vla-dsrl", "settings": {"workdir": str(tmp_path / "figure"),
+                                                              "policy.base": json.loads(json.dumps(vars(config)))}}
+    (tmp_path / "vla_dsrl.json").write_text(json.dumps(figure))
+    monkeypatch.setattr(vla_dsrl, "RESULTS", tmp_path)
+
+    def refused(workdir: Path, policy) -> str:
+        def never(_policy) -> dict:
+            raise AssertionError("evaluated before the checks")
+        with pytest.raises(SystemExit) as exc:
+            confirm(workdir, None, policy, {}, "cmd", "930000..930099", never)
+        return str(exc.value)
+
+    assert "measured in" in refused(tmp_path / "another", config)
+    assert "VLA settings" in refused(tmp_path / "figure", replace(config, camera_strides=[2, 1, 1, 1]))
 
 
 
