@@ -263,9 +263,6 @@ def main() -> None:
     command = run_command(ap, args, "bench-vla-dsrl", "vla_dsrl.py")
     register_builtins()
     torch.set_num_threads(2)
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-vla-dsrl-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    print(f"work folder: {workdir} (the BC start, each run, progress.json)", flush=True)
     config = policy_config(camera_strides=args.camera_strides, wrist_shift_pad=args.wrist_shift_pad)
     task = task_config({c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}, scene_state=False)
     env = PickCubeEnv(task)
@@ -280,8 +277,12 @@ def main() -> None:
     if args.confirm:
         seeds = f"{args.confirm_seed}..{args.confirm_seed + args.episodes - 1}"
         path = confirm(args.confirm, env, config, settings, command, seeds, lambda p: held_out(p, args.confirm_seed))
-        print(f"confirmation on seeds {args.confirm_seed}.. -> {path}")
+        env.close()
+        print(f"confirmation on seeds {seeds} -> {path}")
         return
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-vla-dsrl-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    print(f"work folder: {workdir} (the BC start, each run, progress.json)", flush=True)
     if base is None:
         data = record_demos(env, args.demos, PERTURB)
         policy, bc_record = behaviour_clone(env, data, config, args.base_seed, args.bc_steps, args.batch_size)
