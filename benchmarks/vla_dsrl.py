@@ -38,8 +38,10 @@ policies again, on 100 episodes from ``--confirm-seed`` (930000: no run, no deve
 used them): the BC start both ways and each run's last checkpoint, found in the work folder that figure's run left
 (its ``settings.workdir``; each checkpoint must be at the env steps the figure recorded and the VLA in it unchanged).
 They go into the results file as ``confirmation`` beside the figure, with their own gain; the goal stays the
-held-out seeds' figure. The held-out seeds have served every figure of this benchmark, and its budget was raised
-after the 12,000-step figure on them; the confirmation's seeds are the check that the gain is not theirs.
+held-out seeds' figure; one confirmation per figure, on seeds that do not overlap its own, and only of the runs and
+BC start the figure recorded (their summaries, BC loss and commit are compared first). The held-out seeds have
+served every figure of this benchmark since ``c0557d8``, and its budget was raised after the 12,000-step figure on
+them; the confirmation's seeds are the check that the gain is not theirs.
 
 The BC start is evaluated twice: as the VLA serves itself (its flow from sampled noise) and from zero noise (through
 DSRL's serving with the noise policy's mean held at 0: where a run's deterministic evaluation starts before it
@@ -62,7 +64,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import COMMIT, RESULTS, ROBOLEARN, goal, run_command, spread, write_result  # noqa: E402
+from common import COMMIT, RESULTS, ROBOLEARN, goal, machine, run_command, spread, write_result  # noqa: E402
 from vla import (  # noqa: E402
     BC_STEPS,
     CAMERA_STRIDES,
@@ -171,20 +173,36 @@ def trained_policy(run: Path, env: PickCubeEnv, start: dict[str, torch.Tensor]) 
     return dsrl, ckpt.env_steps, all(torch.equal(frozen[k], v) for k, v in start.items())
 
 
-def confirm(workdir: Path, env: PickCubeEnv, config: VLAPolicyConfig, settings: dict, command: str, seeds: str,
-            evaluate_on: Callable[[torch.nn.Module], dict]) -> Path:
+def confirm(workdir: Path, env: PickCubeEnv, config: VLAPolicyConfig, settings: dict, command: str, first_seed: int,
+            episodes: int, evaluate_on: Callable[[torch.nn.Module], dict]) -> Path:
     """``--confirm``: the committed figure's BC start and runs (in ``workdir``, where that figure's run left them)
-    evaluated by ``evaluate_on`` (on the confirmation's ``seeds``), added to its results file as ``confirmation``.
-    SystemExit when ``workdir`` is not that figure's, when its VLA settings are not this command's, or when a run's
-    checkpoint is not the one the figure evaluated."""
+    evaluated by ``evaluate_on`` (on ``episodes`` seeds from ``first_seed``), added to its results file as
+    ``confirmation``. SystemExit, before anything is evaluated, when the figure already has a confirmation (one per
+    figure: a second on other seeds would let one pick), when the seeds overlap the figure's, when ``workdir`` is not
+    the figure's or its runs' summaries or BC start are not the ones the figure recorded, or when this command's VLA
+    settings are not the figure's; and when a run's checkpoint is not at the figure's env steps or its VLA changed."""
     path = RESULTS / "vla_dsrl.json"
     result = json.loads(path.read_text())
+    if "confirmation" in result:
+        raise SystemExit(f"--confirm: {path} already has a confirmation (seeds {result['confirmation']['seeds']}); "
+                         "there is one per figure")
+    low, high = map(int, result["settings"]["eval_seeds"].split(".."))
+    if first_seed <= high and low < first_seed + episodes:
+        raise SystemExit(f"--confirm-seed {first_seed}: its {episodes} seeds overlap the figure's ({low}..{high})")
     if Path(result["settings"]["workdir"]).resolve() != workdir.resolve():
         raise SystemExit(f"--confirm {workdir}: {path}'s figure was measured in {result['settings']['workdir']}")
+    for recorded in result["runs"]:
+        summary = json.loads((workdir / "runs" / f"dsrl-{recorded['seed']}" / "summary.json").read_text())
+        if {k: summary[k] for k in recorded["training"]} != recorded["training"]:
+            raise SystemExit(f"--confirm: run {recorded['seed']} in {workdir} is not the figure's (its summary says "
+                             f"{ {k: summary[k] for k in recorded['training']} }, the figure {recorded['training']})")
     if result["settings"]["policy.base"] != json.loads(json.dumps(vars(config))):
         raise SystemExit(f"--confirm: {path}'s VLA settings are not this command's; pass the options it ran with "
                          f"({result['command']})")
-    policy, _ = load_policy(env, config, Path(result["bc_start"]["checkpoint"]), settings, "--confirm")
+    policy, bc = load_policy(env, config, Path(result["bc_start"]["checkpoint"]), settings, "--confirm")
+    if (bc["final_loss"], bc["commit"]) != (result["bc_start"]["final_loss"], result["bc_start"]["commit"]):
+        raise SystemExit(f"--confirm: the BC start in {workdir} (loss {bc['final_loss']}, commit {bc['commit']}) is "
+                         f"not the figure's ({result['bc_start']['final_loss']}, {result['bc_start']['commit']})")
     start = {k: v.clone() for k, v in policy.state_dict().items()}
     before = evaluate_on(policy)
     zero = evaluate_on(zero_noise(env, config, start))
@@ -202,7 +220,8 @@ def confirm(workdir: Path, env: PickCubeEnv, config: VLAPolicyConfig, settings: 
                      "gain": round(after["success"] - baseline, 4)})
         print(f"DSRL run {recorded['seed']}: success {after['success']:.2f} (gain {runs[-1]['gain']:+.2f})", flush=True)
     result["confirmation"] = {
-        "command": command, "commit": COMMIT, "seeds": seeds, "dsrl_success_gain":
+        "command": command, "commit": COMMIT, "machine": machine(),
+        "seeds": f"{first_seed}..{first_seed + episodes - 1}", "dsrl_success_gain":
         spread([r["gain"] for r in runs], 4), "gain_over": baseline,
         "bc_start": {k: before[k] for k in ("success", "per_colour", "episodes_per_colour")},
         "bc_start_zero_noise": {k: zero[k] for k in ("success", "per_colour")}, "runs": runs}
@@ -260,6 +279,8 @@ def main() -> None:
         ap.error("--runs must be >= 1")
     if args.runs < 3 and args.eval_seed == EVAL_SEED:
         ap.error("--runs must be >= 3 for the figure (a median over runs)")
+    if args.confirm and (args.workdir or args.base):
+        ap.error("--confirm evaluates the figure's own BC start and runs: no --workdir or --base with it")
     command = run_command(ap, args, "bench-vla-dsrl", "vla_dsrl.py")
     register_builtins()
     torch.set_num_threads(2)
@@ -275,10 +296,10 @@ def main() -> None:
     base = args.base
     settings = bc_settings(config, args.base_seed, args.demos, PERTURB, args.bc_steps, args.batch_size)
     if args.confirm:
-        seeds = f"{args.confirm_seed}..{args.confirm_seed + args.episodes - 1}"
-        path = confirm(args.confirm, env, config, settings, command, seeds, lambda p: held_out(p, args.confirm_seed))
+        path = confirm(args.confirm, env, config, settings, command, args.confirm_seed, args.episodes,
+                       lambda p: held_out(p, args.confirm_seed))
         env.close()
-        print(f"confirmation on seeds {seeds} -> {path}")
+        print(f"confirmation on {args.episodes} seeds from {args.confirm_seed} -> {path}")
         return
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-vla-dsrl-"))
     workdir.mkdir(parents=True, exist_ok=True)

@@ -46,23 +46,34 @@ def test_the_benchmarks_vla_settings_compose_into_the_runs_frozen_base():
     assert run_base([]) != config  # without the overrides the run would build another network
 
 
-def test_a_confirmation_takes_only_the_figures_own_work_folder_and_settings(tmp_path, monkeypatch):
-    """--confirm re-evaluates the committed figure's policies: another run's folder, or this command's VLA settings
-    differing from the figure's, is refused before anything is evaluated."""
+def test_a_confirmation_takes_only_the_figures_own_runs_settings_and_unused_seeds(tmp_path, monkeypatch):
+    """--confirm re-evaluates the committed figure's policies, once: a second confirmation, seeds overlapping the
+    figure's, another run's folder, a run whose summary is not the figure's, or VLA settings other than the figure's
+    are refused before anything is evaluated."""
     config = policy_config()
-    figure = {"command": "make bench-vla-dsrl", "settings": {"workdir": str(tmp_path / "figure"),
-                                                              "policy.base": json.loads(json.dumps(vars(config)))}}
-    (tmp_path / "vla_dsrl.json").write_text(json.dumps(figure))
+    training = {"env_steps": 24000, "episodes": 266, "updates": 5831}
+    figure = {"command": "make bench-vla-dsrl", "runs": [{"seed": 0, "training": training}],
+              "settings": {"workdir": str(tmp_path / "figure"), "eval_seeds": "910000..910099",
+                           "policy.base": json.loads(json.dumps(vars(config)))}}
+    run = tmp_path / "figure" / "runs" / "dsrl-0"
+    run.mkdir(parents=True)
     monkeypatch.setattr(vla_dsrl, "RESULTS", tmp_path)
 
-    def refused(workdir: Path, policy) -> str:
+    def refused(workdir: Path, policy, first_seed: int = 930000, summary: dict = training, **extra) -> str:
+        (tmp_path / "vla_dsrl.json").write_text(json.dumps({**figure, **extra}))
+        (run / "summary.json").write_text(json.dumps({**summary, "ok": True}))
+
         def never(_policy) -> dict:
             raise AssertionError("evaluated before the checks")
         with pytest.raises(SystemExit) as exc:
-            confirm(workdir, None, policy, {}, "cmd", "930000..930099", never)
+            confirm(workdir, None, policy, {}, "cmd", first_seed, 100, never)
         return str(exc.value)
 
+    earlier = {"seeds": "930000..930099"}
+    assert "already has a confirmation" in refused(tmp_path / "figure", config, confirmation=earlier)
+    assert "overlap" in refused(tmp_path / "figure", config, first_seed=910050)
     assert "measured in" in refused(tmp_path / "another", config)
+    assert "not the figure's" in refused(tmp_path / "figure", config, summary={**training, "episodes": 270})
     assert "VLA settings" in refused(tmp_path / "figure", replace(config, camera_strides=[2, 1, 1, 1]))
 
 
