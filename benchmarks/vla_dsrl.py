@@ -123,13 +123,19 @@ def base_overrides(config: VLAPolicyConfig) -> list[str]:
     return out
 
 
+def run_folder(workdir: Path, seed: int) -> Path:
+    """Where DSRL run ``seed`` of a benchmark run in ``workdir`` lives (its ``run_name`` is the folder's name)."""
+    return workdir / "runs" / f"dsrl-{seed}"
+
+
 def dsrl_run(workdir: Path, base: Path, task: PickCubeColorConfig, config: VLAPolicyConfig, seed: int,
              args: argparse.Namespace) -> tuple[Path, dict]:
     """One ``robolearn run`` of DSRL from ``base`` for ``args.env_steps`` env steps; its run folder and its
     summary.json. RuntimeError with
     the log's tail if it failed, stopped short of its env steps, or ran another task, base or chunk execution than
     the evaluation's."""
-    name = f"dsrl-{seed}"
+    run = run_folder(workdir, seed)
+    name = run.name
     chunking = [f"actor.chunking.{k}={getattr(EVAL_CHUNKING, k)}"
                 for k in ("mode", "splice", "max_prefix", "execute_horizon")]
     overrides = [*task_overrides(task), "policy=dsrl", *base_overrides(config), f"policy.base_checkpoint='{base}'",
@@ -145,7 +151,6 @@ def dsrl_run(workdir: Path, base: Path, task: PickCubeColorConfig, config: VLAPo
     with open(log, "w") as out:
         code = subprocess.run([str(ROBOLEARN), "run", *overrides], cwd=workdir, stdout=out,
                               stderr=subprocess.STDOUT).returncode
-    run = workdir / "runs" / name
     if code != 0:
         raise RuntimeError(f"robolearn run {name} exited with {code}:\n{log.read_text()[-3000:]}")
     summary = json.loads((run / "summary.json").read_text())
@@ -192,10 +197,11 @@ def confirm(workdir: Path, env: PickCubeEnv, config: VLAPolicyConfig, settings: 
     if Path(result["settings"]["workdir"]).resolve() != workdir.resolve():
         raise SystemExit(f"--confirm {workdir}: {path}'s figure was measured in {result['settings']['workdir']}")
     for recorded in result["runs"]:
-        summary = json.loads((workdir / "runs" / f"dsrl-{recorded['seed']}" / "summary.json").read_text())
-        if {k: summary[k] for k in recorded["training"]} != recorded["training"]:
+        summary = json.loads((run_folder(workdir, recorded["seed"]) / "summary.json").read_text())
+        trained = {k: summary[k] for k in recorded["training"]}
+        if trained != recorded["training"]:
             raise SystemExit(f"--confirm: run {recorded['seed']} in {workdir} is not the figure's (its summary says "
-                             f"{ {k: summary[k] for k in recorded['training']} }, the figure {recorded['training']})")
+                             f"{trained}, the figure {recorded['training']})")
     if result["settings"]["policy.base"] != json.loads(json.dumps(vars(config))):
         raise SystemExit(f"--confirm: {path}'s VLA settings are not this command's; pass the options it ran with "
                          f"({result['command']})")
@@ -210,7 +216,7 @@ def confirm(workdir: Path, env: PickCubeEnv, config: VLAPolicyConfig, settings: 
     print(f"BC start: success {before['success']:.2f}; from zero noise {zero['success']:.2f}", flush=True)
     runs = []
     for recorded in result["runs"]:
-        dsrl, env_steps, unchanged = trained_policy(workdir / "runs" / f"dsrl-{recorded['seed']}", env, start)
+        dsrl, env_steps, unchanged = trained_policy(run_folder(workdir, recorded["seed"]), env, start)
         if env_steps != recorded["checkpoint_env_steps"] or not unchanged:
             raise SystemExit(f"--confirm: run {recorded['seed']}'s checkpoint in {workdir} is not the one the figure "
                              f"evaluated (env steps {env_steps}, recorded {recorded['checkpoint_env_steps']}; VLA "
@@ -289,7 +295,8 @@ def main() -> None:
     env = PickCubeEnv(task)
     t0 = time.perf_counter()
     def held_out(policy: torch.nn.Module, first_seed: int = args.eval_seed) -> dict:
-        """``policy``'s success on the held-out seeds (vla.py's evaluation)."""
+        """``policy``'s success on ``args.episodes`` seeds from ``first_seed``, the held-out ones by default (vla.py's
+        evaluation)."""
         return evaluate(env, ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim), args.episodes,
                         first_seed)
 
