@@ -172,6 +172,23 @@ def test_cameras_render_the_scene():
     env.close()
 
 
+def test_cameras_show_no_site_markers():
+    """A camera frame is what a real camera would see: MuJoCo's sites (the fingertip's orange ball, which sat
+    between the jaws in the wrist camera) are not drawn. Painting every site a large magenta ball changes no pixel."""
+    env = PickCubeEnv(PickCubeConfig(cameras=["front", "wrist"], camera_size=64, camera_shadows=False))
+    env.reset(seed=0)
+    for _ in range(15):  # the hand above the cube: the tip site in both frames
+        env.step(env.expert_action())
+    before = {cam: env.render(cam) for cam in ("front", "wrist")}
+    model = env.robot.model
+    model.site_rgba[:] = (1.0, 0.0, 1.0, 1.0)
+    model.site_size[:, 0] = 0.02
+    after = {cam: env.render(cam) for cam in ("front", "wrist")}
+    for cam in before:
+        assert np.array_equal(before[cam], after[cam]), f"{cam}: a site marker is drawn"
+    env.close()
+
+
 def test_front_camera_frames_the_cubes_and_no_reach_marker():
     """Every corner of the region cubes are placed in projects inside the 64 px front frame, a cube is at least
     6 px wide there, and each cube's own colour dominates the pixels around where it projects (the arm's overview

@@ -65,6 +65,14 @@ class PinholeCamera:
         return cls(*map(float, intrinsics), rot, -rot @ pose[:3, 3])
 
 
+def camera_option() -> mujoco.MjvOption:
+    """What a camera shows: the scene's bodies, not MuJoCo's site markers (the fingertip's orange ball, 16 mm across:
+    a real arm has no such ball, and in the wrist camera it hides the middle of the cube being grasped)."""
+    option = mujoco.MjvOption()
+    option.sitegroup[:] = 0
+    return option
+
+
 def plain_scene(renderer: mujoco.Renderer) -> None:
     """No shadows or reflections in the scene ``renderer`` has just updated: in software rendering (EGL without a
     GPU) their extra passes are ~90% of a frame's cost (56 vs 6 ms at 96 px, 61 vs 5 ms at 64 px here)."""
@@ -108,7 +116,7 @@ class SceneView:
         self._pose(snapshot)
         if self._renderer is None:
             self._renderer = mujoco.Renderer(self.model, self.size, self.size)
-        self._renderer.update_scene(self.data, camera=self.camera)
+        self._renderer.update_scene(self.data, camera=self.camera, scene_option=camera_option())
         plain_scene(self._renderer)  # a person watching does not need shadows
         return self._renderer.render().copy(), mujoco_camera(self.model, self.data, self.camera, self.size, self.size)
 
