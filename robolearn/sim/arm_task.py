@@ -66,6 +66,7 @@ class ArmTaskEnv(gym.Env):
         self._tick = 0
         self.render_mode = "rgb_array"
         self._renderer: mujoco.Renderer | None = None
+        self._camera_option = camera_option()  # built once, not per frame
         self._kinematics: mujoco.MjData | None = None  # tip_position's
 
         d, g = task.max_delta_deg, task.gripper_max_delta
@@ -145,7 +146,7 @@ class ArmTaskEnv(gym.Env):
         """An RGB frame (camera_size x camera_size, uint8) from the named camera."""
         if self._renderer is None:
             self._renderer = mujoco.Renderer(self.robot.model, self.task.camera_size, self.task.camera_size)
-        self._renderer.update_scene(self.robot.data, camera=camera, scene_option=camera_option())
+        self._renderer.update_scene(self.robot.data, camera=camera, scene_option=self._camera_option)
         if not self.task.camera_shadows:
             plain_scene(self._renderer)
         return self._renderer.render().copy()

@@ -99,6 +99,7 @@ class SceneView:
         self.model, self.camera, self.size = model, camera, size
         self.data = mujoco.MjData(model)
         self._renderer: mujoco.Renderer | None = None
+        self._camera_option = camera_option()  # built once, not per frame
 
     def _pose(self, snapshot: Snapshot) -> None:
         self.data.qpos[:] = snapshot.qpos
@@ -116,7 +117,7 @@ class SceneView:
         self._pose(snapshot)
         if self._renderer is None:
             self._renderer = mujoco.Renderer(self.model, self.size, self.size)
-        self._renderer.update_scene(self.data, camera=self.camera, scene_option=camera_option())
+        self._renderer.update_scene(self.data, camera=self.camera, scene_option=self._camera_option)
         plain_scene(self._renderer)  # a person watching does not need shadows
         return self._renderer.render().copy(), mujoco_camera(self.model, self.data, self.camera, self.size, self.size)
 
