@@ -94,18 +94,24 @@ CAMERA_STRIDES = [2, 2, 1, 1]                     # policy.camera_strides of the
 WRIST_SHIFT_PAD = 4                               # the wrist camera's random shift, pixels (--wrist-shift-pad; the
                                                   # front camera's is policy.image_shift_pad, 4): 2 did not help
                                                   # (0.60 and 0.34 for policies 0 and 1 at 567b379; BENCHMARKS.md)
+CAMERA_FEATURES, FUSE_DIMS = 128, [512]           # policy.camera_features and policy.fuse_dims (--camera-features,
+                                                  # --fuse-dims): twice the policy's defaults (64, [256]), 0.80 and
+                                                  # 0.76 against 0.64 and 0.58 on development seeds (BENCHMARKS.md)
 
 
 def policy_config(camera_encoder: str = "conv", text_encoder: str = "word_vectors",
                   camera_strides: list[int] = CAMERA_STRIDES, colour_words: bool = True,
-                  wrist_shift_pad: int = WRIST_SHIFT_PAD) -> VLAPolicyConfig:
+                  wrist_shift_pad: int = WRIST_SHIFT_PAD, camera_features: int = CAMERA_FEATURES,
+                  fuse_dims: list[int] = FUSE_DIMS) -> VLAPolicyConfig:
     """The benchmark's VLA: 10-action chunks, one stage, no prefix (sync execution); ``camera_strides`` for the
     conv cameras only (the keypoint encoders have their own); colour words read by their colour (``colour_words``:
     0.48 against 0.32 on the paraphrases, the same on the trained instructions, as the word vectors alone;
-    BENCHMARKS.md); the wrist camera's random shift ``wrist_shift_pad`` pixels, the front camera's the default."""
+    BENCHMARKS.md); the wrist camera's random shift ``wrist_shift_pad`` pixels, the front camera's the default;
+    ``camera_features`` per camera and the trunk's ``fuse_dims`` (the path from the cameras to the chunk)."""
     strides = list(camera_strides) if camera_encoder == "conv" else list(DRQ_STRIDES)
     config = VLAPolicyConfig(chunk_horizon=H, max_prefix=0, camera_encoder=camera_encoder, text_encoder=text_encoder,
-                             camera_strides=strides, colour_words=colour_words)
+                             camera_strides=strides, colour_words=colour_words, camera_features=camera_features,
+                             fuse_dims=list(fuse_dims))
     if wrist_shift_pad != config.image_shift_pad:  # the same pad as the front camera's is the policy's default
         config.camera_shift_pads = {"wrist": wrist_shift_pad}
     return config
@@ -286,6 +292,10 @@ def main() -> None:
     ap.add_argument("--wrist-shift-pad", type=int, default=WRIST_SHIFT_PAD,
                     help="policy.camera_shift_pads.wrist: the wrist camera's training-time random shift, pixels (the "
                     "front camera's: policy.image_shift_pad, 4)")
+    ap.add_argument("--camera-features", type=int, default=CAMERA_FEATURES,
+                    help="policy.camera_features: each camera's features (the policy's default: 64)")
+    ap.add_argument("--fuse-dims", type=int, nargs="+", default=FUSE_DIMS,
+                    help="policy.fuse_dims: the trunk's fusing MLP (the policy's default: 256)")
     ap.add_argument("--scene", choices=["cameras", "state"], default="cameras",
                     help="where the cubes' poses come from: the cameras alone, or the state too (task.scene_state)")
     ap.add_argument("--workdir", type=Path, default=None, help="where each policy is saved, policy-<seed>/ "
@@ -300,7 +310,7 @@ def main() -> None:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-vla-"))
     print(f"work folder: {workdir} (each policy's checkpoint and bc.json)", flush=True)
     config = policy_config(args.camera_encoder, args.text_encoder, args.camera_strides, args.colour_words,
-                           args.wrist_shift_pad)
+                           args.wrist_shift_pad, args.camera_features, args.fuse_dims)
     train = {c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}
     env = make_env(train, args.scene == "state")
     perturb = Perturbation(fraction=args.perturb, decoy=args.decoy)  # zero fractions perturb nothing, draw nothing

@@ -67,12 +67,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import COMMIT, RESULTS, ROBOLEARN, goal, machine, run_command, spread, write_result  # noqa: E402
 from vla import (  # noqa: E402
     BC_STEPS,
+    CAMERA_FEATURES,
     CAMERA_STRIDES,
     COLOURS,
     DEMOS,
     EVAL_CHUNKING,
     EVAL_SEED,
     EXECUTE,
+    FUSE_DIMS,
     PERTURB,
     TRAIN_TEMPLATES,
     WRIST_SHIFT_PAD,
@@ -274,6 +276,10 @@ def main() -> None:
                     help="policy.camera_strides of the BC start (bench-vla's by default)")
     ap.add_argument("--wrist-shift-pad", type=int, default=WRIST_SHIFT_PAD,
                     help="policy.camera_shift_pads.wrist of the BC start (bench-vla's by default)")
+    ap.add_argument("--camera-features", type=int, default=CAMERA_FEATURES,
+                    help="policy.camera_features of the BC start (bench-vla's by default; 64 before 2026-12-06)")
+    ap.add_argument("--fuse-dims", type=int, nargs="+", default=FUSE_DIMS,
+                    help="policy.fuse_dims of the BC start (bench-vla's by default; 256 before 2026-12-06)")
     ap.add_argument("--eval-seed", type=int, default=EVAL_SEED, help="first evaluation seed (development: 50000; "
                     "the results file then goes to a work folder, not benchmarks/results)")
     ap.add_argument("--workdir", type=Path, default=None, help="where the runs go (default: a new temporary folder)")
@@ -290,7 +296,8 @@ def main() -> None:
     command = run_command(ap, args, "bench-vla-dsrl", "vla_dsrl.py")
     register_builtins()
     torch.set_num_threads(2)
-    config = policy_config(camera_strides=args.camera_strides, wrist_shift_pad=args.wrist_shift_pad)
+    config = policy_config(camera_strides=args.camera_strides, wrist_shift_pad=args.wrist_shift_pad,
+                           camera_features=args.camera_features, fuse_dims=args.fuse_dims)
     task = task_config({c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}, scene_state=False)
     env = PickCubeEnv(task)
     t0 = time.perf_counter()
