@@ -95,8 +95,8 @@ WRIST_SHIFT_PAD = 4                               # the wrist camera's random sh
                                                   # front camera's is policy.image_shift_pad, 4): 2 did not help
                                                   # (0.60 and 0.34 for policies 0 and 1 at 567b379; BENCHMARKS.md)
 CAMERA_FEATURES, FUSE_DIMS = 128, [512]           # policy.camera_features and policy.fuse_dims (--camera-features,
-                                                  # --fuse-dims): twice the policy's defaults (64, [256]), 0.80 and
-                                                  # 0.76 against 0.64 and 0.58 on development seeds (BENCHMARKS.md)
+                                                  # --fuse-dims): twice the policy's defaults (64, [256]): success
+                                                  # 0.72 against 0.60, paraphrases 0.57 against 0.48 (BENCHMARKS.md)
 
 
 def policy_config(camera_encoder: str = "conv", text_encoder: str = "word_vectors",
