@@ -14,7 +14,7 @@ import mujoco
 import numpy as np
 
 from robolearn.sim.so101 import SimSO101, SimSO101Config
-from robolearn.sim.view import camera_option, plain_scene
+from robolearn.sim.view import camera_frame, camera_option
 from robolearn.specs import ActionSpec, ArraySpec, ObservationSpec
 
 CAMERAS = ("front", "wrist")
@@ -146,10 +146,8 @@ class ArmTaskEnv(gym.Env):
         """An RGB frame (camera_size x camera_size, uint8) from the named camera."""
         if self._renderer is None:
             self._renderer = mujoco.Renderer(self.robot.model, self.task.camera_size, self.task.camera_size)
-        self._renderer.update_scene(self.robot.data, camera=camera, scene_option=self._camera_option)
-        if not self.task.camera_shadows:
-            plain_scene(self._renderer)
-        return self._renderer.render().copy()
+        return camera_frame(self._renderer, self.robot.data, camera, self._camera_option,
+                            plain=not self.task.camera_shadows)
 
     def close(self) -> None:
         if self._renderer is not None:
