@@ -43,7 +43,8 @@ BC start the figure recorded (their summaries, BC loss and commit are compared f
 served every figure of this benchmark since ``c0557d8``, and its budget was raised after the 12,000-step figure on
 them; the confirmation's seeds are the check that the gain is not theirs.
 
-The BC start is evaluated twice: as the VLA serves itself (its flow from sampled noise) and from zero noise (through
+The BC start is evaluated twice: as the VLA serves itself (its flow from sampled noise, ``--noise-scale`` as in
+bench-vla: 0.5 since 2026-12-06, 1 before) and from zero noise (through
 DSRL's serving with the noise policy's mean held at 0: where a run's deterministic evaluation starts before it
 learns). ``dsrl_success_gain`` (issue 18, >= 0.15): the median over runs of success after minus the better of the
 two, with min and max, and each run's success beside it. Each run's config is checked against the evaluation's task,
@@ -75,6 +76,7 @@ from vla import (  # noqa: E402
     EVAL_SEED,
     EXECUTE,
     FUSE_DIMS,
+    NOISE_SCALE,
     PERTURB,
     TRAIN_TEMPLATES,
     WRIST_SHIFT_PAD,
@@ -204,7 +206,9 @@ def confirm(workdir: Path, env: PickCubeEnv, config: VLAPolicyConfig, settings: 
         if trained != recorded["training"]:
             raise SystemExit(f"--confirm: run {recorded['seed']} in {workdir} is not the figure's (its summary says "
                              f"{trained}, the figure {recorded['training']})")
-    if result["settings"]["policy.base"] != json.loads(json.dumps(vars(config))):
+    # a policy field added since the figure has its default there (the figure was measured as with it)
+    recorded = {**json.loads(json.dumps(vars(VLAPolicyConfig()))), **result["settings"]["policy.base"]}
+    if recorded != json.loads(json.dumps(vars(config))):
         raise SystemExit(f"--confirm: {path}'s VLA settings are not this command's; pass the options it ran with "
                          f"({result['command']})")
     policy, bc = load_policy(env, config, Path(result["bc_start"]["checkpoint"]), settings, "--confirm")
@@ -280,6 +284,9 @@ def main() -> None:
                     help="policy.camera_features of the BC start (bench-vla's by default; 64 before 2026-12-06)")
     ap.add_argument("--fuse-dims", type=int, nargs="+", default=FUSE_DIMS,
                     help="policy.fuse_dims of the BC start (bench-vla's by default; 256 before 2026-12-06)")
+    ap.add_argument("--noise-scale", type=float, default=NOISE_SCALE,
+                    help="policy.noise_scale: the BC start's sampling noise, where the gain is measured from "
+                    "(bench-vla's by default; 1 before 2026-12-06); DSRL's runs choose their own noise")
     ap.add_argument("--eval-seed", type=int, default=EVAL_SEED, help="first evaluation seed (development: 50000; "
                     "the results file then goes to a work folder, not benchmarks/results)")
     ap.add_argument("--workdir", type=Path, default=None, help="where the runs go (default: a new temporary folder)")
@@ -297,7 +304,8 @@ def main() -> None:
     register_builtins()
     torch.set_num_threads(2)
     config = policy_config(camera_strides=args.camera_strides, wrist_shift_pad=args.wrist_shift_pad,
-                           camera_features=args.camera_features, fuse_dims=args.fuse_dims)
+                           camera_features=args.camera_features, fuse_dims=args.fuse_dims,
+                           noise_scale=args.noise_scale)
     task = task_config({c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}, scene_state=False)
     env = PickCubeEnv(task)
     t0 = time.perf_counter()
@@ -361,7 +369,8 @@ def main() -> None:
                         bc_start={"success": before["success"], "per_colour": before["per_colour"],
                                   "episodes_per_colour": before["episodes_per_colour"], **bc_record},
                         bc_start_zero_noise={"success": zero["success"], "per_colour": zero["per_colour"]},
-                        gain_over=f"the better of the BC start sampled and from zero noise: {baseline}",
+                        gain_over=f"the better of the BC start sampled (noise scale {args.noise_scale}) and from zero "
+                                  f"noise: {baseline}",
                         runs=runs, minutes=round((time.perf_counter() - t0) / 60, 1),
                         settings={"policy.base": vars(config), "env_steps_per_run": args.env_steps,
                                   "utd_ratio": args.utd, "noise_bound": args.noise_bound,

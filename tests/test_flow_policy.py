@@ -29,6 +29,25 @@ def test_sampling_keeps_the_committed_prefix_exactly():
     assert not torch.allclose(out[1, 2], prefix[1, 2])
 
 
+def test_sampling_starts_from_noise_of_the_configured_scale():
+    """``noise_scale`` scales the drawn start noise (checked against the flow from a given noise); 0 is the flow from
+    zero noise, the same chunk every time."""
+    env = ReachEnv()
+    obs, _ = env.reset(seed=0)
+    state = torch.as_tensor(np.stack([obs["state"]] * 2))
+    for scale in (0.5, 0.0):
+        policy = tiny_policy(env, max_prefix=0, noise_scale=scale)
+        with torch.no_grad():
+            torch.manual_seed(7)
+            drawn = torch.randn(2, 6, 6)
+            torch.manual_seed(7)
+            torch.testing.assert_close(policy.sample(state), policy.chunk_from_noise(state, scale * drawn))
+            assert not torch.allclose(policy.chunk_from_noise(state, scale * drawn), policy.chunk_from_noise(state, drawn))
+    assert torch.equal(policy.sample(state), policy.sample(state))
+    with pytest.raises(ValueError, match="noise_scale must be in"):
+        FlowChunkPolicyConfig(noise_scale=-0.1)
+
+
 def test_loss_measures_only_positions_after_the_prefix():
     env = ReachEnv()
     policy = tiny_policy(env)

@@ -9,7 +9,8 @@ consistent with them. docs/algorithms.md, "Prefix conditioning and sampling":
     training    x0 ~ N(0, I), x1 = demo chunk, tau = 1 - Beta(1.5, 1), d ~ U{0..D}
                 x_tau = tau * x1 + (1 - tau) * x0 for i >= d;  x_i = x1_i and tau_i = 1 for i < d
                 L = sum_i m_i ||v(x_tau, tau, s)_i - (x1 - x0)_i||^2 / max(1, sum_i m_i),  m_i = 1[i >= d]
-    sampling    A <- noise; n Euler steps A <- A + v / n, then A <- m * A + (1 - m) * A_prefix
+    sampling    A <- sigma * noise; n Euler steps A <- A + v / n, then A <- m * A + (1 - m) * A_prefix
+                (sigma = noise_scale, 1 by default: the training distribution)
 
 So the prefix is clamped at every integration step and no inference-time guidance is needed.
 
@@ -61,6 +62,8 @@ class FlowChunkPolicyConfig:
     max_prefix: int = 6            # D, the longest committed prefix trained for (>= the largest delay in ticks)
     hidden_dims: list[int] = field(default_factory=lambda: [512, 512, 512])
     flow_steps: int = 10           # Euler steps at inference
+    noise_scale: float = 1.0       # the drawn start noise's standard deviation at inference (< 1: nearer the flow's
+                                   # likelier chunks; training and a given noise, DSRL's, are unaffected)
     mid_observation: bool = False  # two-stage: a trunk (hidden_dims) on the first state, a head (head_dims)
                                    # on the mid-inference state that anchors the chunk
     head_dims: list[int] = field(default_factory=lambda: [64, 64])  # two-stage: the light head's hidden sizes
@@ -73,6 +76,8 @@ class FlowChunkPolicyConfig:
             raise ValueError(f"policy.max_prefix must be in [0, chunk_horizon), got {self.max_prefix}")
         if self.flow_steps < 1:
             raise ValueError(f"policy.flow_steps must be >= 1, got {self.flow_steps}")
+        if not 0.0 <= self.noise_scale <= 1.0:
+            raise ValueError(f"policy.noise_scale must be in [0, 1], got {self.noise_scale}")
         for key in ("hidden_dims", "head_dims"):
             if not getattr(self, key) or any(h < 1 for h in getattr(self, key)):
                 raise ValueError(f"policy.{key} must be positive sizes, got {getattr(self, key)}")
@@ -292,13 +297,14 @@ class FlowChunkPolicy(nn.Module):
     def _flow(self, cond: torch.Tensor, mu: torch.Tensor, prefix: torch.Tensor | None,
               prefix_len: torch.Tensor | None, steps: int | None, noise: torch.Tensor | None = None) -> torch.Tensor:
         """n Euler steps of the flow around ``mu`` (B, H, A), the committed prefix clamped at each, from ``noise``
-        (B, H, A) at tau = 0 (drawn from N(0, I) when None; DSRL chooses it). Differentiable in ``noise``."""
+        (B, H, A) at tau = 0 (drawn from N(0, noise_scale^2 I) when None; DSRL chooses it). Differentiable in
+        ``noise``."""
         steps = steps or self.config.flow_steps
         prefix, prefix_len = self._given_prefix(cond, prefix, prefix_len)
         prefix = self._pad_prefix(prefix) - mu                     # in residual space
         m = prefix_mask(prefix_len, self.horizon)
         keep = m.unsqueeze(-1)
-        x0 = torch.randn(mu.shape, device=mu.device) if noise is None else noise
+        x0 = self.config.noise_scale * torch.randn(mu.shape, device=mu.device) if noise is None else noise
         x = keep * x0 + (1 - keep) * prefix
         for k in range(steps):
             tau = m * (k / steps) + (1 - m)
