@@ -43,8 +43,8 @@ BC start the figure recorded (their summaries, BC loss and commit are compared f
 served every figure of this benchmark since ``c0557d8``, and its budget was raised after the 12,000-step figure on
 them; the confirmation's seeds are the check that the gain is not theirs.
 
-The BC start is evaluated twice: as the VLA serves itself (its flow from sampled noise, ``--noise-scale`` as in
-bench-vla: 0.5 since 2026-12-06, 1 before) and from zero noise (through
+The BC start is evaluated twice: as the VLA serves itself (its flow from sampled noise, at ``--noise-scale``, 1 as
+in bench-vla) and from zero noise (through
 DSRL's serving with the noise policy's mean held at 0: where a run's deterministic evaluation starts before it
 learns). ``dsrl_success_gain`` (issue 18, >= 0.15): the median over runs of success after minus the better of the
 two, with min and max, and each run's success beside it. Each run's config is checked against the evaluation's task,
@@ -286,7 +286,7 @@ def main() -> None:
                     help="policy.fuse_dims of the BC start (bench-vla's by default; 256 before 2026-12-06)")
     ap.add_argument("--noise-scale", type=float, default=NOISE_SCALE,
                     help="policy.noise_scale: the BC start's sampling noise, where the gain is measured from "
-                    "(bench-vla's by default; 1 before 2026-12-06); DSRL's runs choose their own noise")
+                    "(bench-vla's by default); DSRL's runs choose their own noise")
     ap.add_argument("--eval-seed", type=int, default=EVAL_SEED, help="first evaluation seed (development: 50000; "
                     "the results file then goes to a work folder, not benchmarks/results)")
     ap.add_argument("--workdir", type=Path, default=None, help="where the runs go (default: a new temporary folder)")
