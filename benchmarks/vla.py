@@ -103,7 +103,8 @@ CAMERA_FEATURES, FUSE_DIMS = 128, [512]           # policy.camera_features and p
 NOISE_SCALE = 1.0                                 # policy.noise_scale (--noise-scale), the start noise's standard
                                                   # deviation at inference: 0.5, better on development seeds, was
                                                   # worse on the held-out ones (0.64 against 0.72; BENCHMARKS.md)
-INFERENCE_ONLY = {"policy.flow_steps", "policy.noise_scale"}  # settings a saved policy can be evaluated under any of
+# how a saved policy samples, not what it was trained from: its bc.json is not checked for these
+INFERENCE_ONLY: frozenset[str] = frozenset({"policy.flow_steps", "policy.noise_scale"})
 
 
 def policy_config(camera_encoder: str = "conv", text_encoder: str = "word_vectors",
@@ -353,14 +354,18 @@ def main() -> None:
         t1 = time.perf_counter()
         trained = evaluate(env, runner, args.episodes, args.eval_seed)
         paraphrased = evaluate(paraphrase_env, runner, args.episodes, args.eval_seed)
+        eval_seconds = round(time.perf_counter() - t1, 1)
         full = {}
         if args.noise_scale != 1.0:  # the same policy and episodes, sampling with the noise training saw
             policy.config = dataclasses.replace(config, noise_scale=1.0)
-            full = {"full_noise": {"trained_instructions": evaluate(env, runner, args.episodes, args.eval_seed),
-                                   "paraphrases": evaluate(paraphrase_env, runner, args.episodes, args.eval_seed)}}
-            policy.config = config
+            try:
+                full = {"full_noise": {
+                    "trained_instructions": evaluate(env, runner, args.episodes, args.eval_seed),
+                    "paraphrases": evaluate(paraphrase_env, runner, args.episodes, args.eval_seed)}}
+            finally:
+                policy.config = config
         results.append({"seed": seed, "trained_instructions": trained, "paraphrases": paraphrased, **full,
-                        "eval_seconds": round(time.perf_counter() - t1, 1)})
+                        "eval_seconds": eval_seconds})  # the figure's two evaluations, without full_noise's
         policies.append(policy)
         print(f"policy {seed}: bc loss {bc[-1]['final_loss']} ({bc[-1]['seconds']:.0f} s); success "
               f"{trained['success']:.2f} {trained['per_colour']}, paraphrases {paraphrased['success']:.2f} "

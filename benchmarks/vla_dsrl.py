@@ -207,8 +207,8 @@ def confirm(workdir: Path, env: PickCubeEnv, config: VLAPolicyConfig, settings: 
             raise SystemExit(f"--confirm: run {recorded['seed']} in {workdir} is not the figure's (its summary says "
                              f"{trained}, the figure {recorded['training']})")
     # a policy field added since the figure has its default there (the figure was measured as with it)
-    recorded = {**json.loads(json.dumps(vars(VLAPolicyConfig()))), **result["settings"]["policy.base"]}
-    if recorded != json.loads(json.dumps(vars(config))):
+    figure_base = {**json.loads(json.dumps(vars(VLAPolicyConfig()))), **result["settings"]["policy.base"]}
+    if figure_base != json.loads(json.dumps(vars(config))):
         raise SystemExit(f"--confirm: {path}'s VLA settings are not this command's; pass the options it ran with "
                          f"({result['command']})")
     policy, bc = load_policy(env, config, Path(result["bc_start"]["checkpoint"]), settings, "--confirm")

@@ -75,6 +75,12 @@ def test_a_confirmation_takes_only_the_figures_own_runs_settings_and_unused_seed
     assert "measured in" in refused(tmp_path / "another", config)
     assert "not the figure's" in refused(tmp_path / "figure", config, summary={**training, "episodes": 270})
     assert "VLA settings" in refused(tmp_path / "figure", replace(config, camera_strides=[2, 1, 1, 1]))
+    assert "VLA settings" in refused(tmp_path / "figure", replace(config, noise_scale=0.5))
+    # a figure recorded before a policy field existed was measured as with its default: its settings still match
+    del figure["settings"]["policy.base"]["noise_scale"]
+    missing = tmp_path / "bc" / "checkpoints" / "latest.pt"  # past the settings, the BC start is looked for
+    assert "bc.json" in refused(tmp_path / "figure", config, bc_start={"checkpoint": str(missing)})
+    assert "VLA settings" in refused(tmp_path / "figure", replace(config, noise_scale=0.5))
 
 
 
@@ -153,7 +159,14 @@ def test_bench_vla_evaluates_the_policies_its_workdir_holds_without_recording_de
     assert [r["seed"] for r in result["runs"]] == [0]
     assert "full_noise" not in result  # the default samples with the noise training saw: nothing to compare
     monkeypatch.setattr(sys, "argv", [*argv, "--noise-scale", "0.5"])  # the saved policy, sampled otherwise
+    scales, evaluate = [], vla.evaluate
+
+    def evaluate_noting_the_scale(env, runner, episodes, first_seed):
+        scales.append(runner.policy.config.noise_scale)
+        return evaluate(env, runner, episodes, first_seed)
+    monkeypatch.setattr(vla, "evaluate", evaluate_noting_the_scale)
     vla.main()
+    assert scales == [0.5, 0.5, 1.0, 1.0]  # the figure's two evaluations, then the same two at the training noise
     result = json.loads((tmp_path / "vla.json").read_text())
     assert result["bc"][0]["loaded"] and result["settings"]["policy"]["noise_scale"] == 0.5
     # the same episodes sampled with the noise training saw, beside the figure

@@ -62,8 +62,8 @@ class FlowChunkPolicyConfig:
     max_prefix: int = 6            # D, the longest committed prefix trained for (>= the largest delay in ticks)
     hidden_dims: list[int] = field(default_factory=lambda: [512, 512, 512])
     flow_steps: int = 10           # Euler steps at inference
-    noise_scale: float = 1.0       # the drawn start noise's standard deviation at inference (< 1: nearer the flow's
-                                   # likelier chunks; training and a given noise, DSRL's, are unaffected)
+    noise_scale: float = 1.0       # the drawn start noise's standard deviation at inference (< 1: akin to a lower
+                                   # temperature; training and a given noise, DSRL's, are unaffected)
     mid_observation: bool = False  # two-stage: a trunk (hidden_dims) on the first state, a head (head_dims)
                                    # on the mid-inference state that anchors the chunk
     head_dims: list[int] = field(default_factory=lambda: [64, 64])  # two-stage: the light head's hidden sizes
