@@ -13,6 +13,7 @@ import torch
 
 from robolearn.checkpoint import load_checkpoint
 from robolearn.config import compose, validate
+from robolearn.policies.dsrl import DSRLPolicy
 from robolearn.policies.vla import VLAPolicy
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
@@ -176,3 +177,25 @@ def test_bench_vla_evaluates_the_policies_its_workdir_holds_without_recording_de
     monkeypatch.setattr(sys, "argv", [*argv, "--bc-steps", "6000", "--policies", "2"])  # policy 1 must be trained
     with pytest.raises(SystemExit, match=r"--workdir's .*policy-0.* differs in bc_steps 12000 \(this run's: 6000\)"):
         vla.main()
+
+
+def test_the_gain_is_measured_over_the_best_way_of_serving_the_bc_start():
+    """The baseline is the best of the BC start sampled at each baseline noise scale and from zero noise; the policy
+    serves at its own scale again afterwards."""
+    env = make_env({c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}, scene_state=False)
+    config = policy_config()
+    torch.manual_seed(0)
+    policy = VLAPolicy(env.observation_spec, env.action_spec, config)
+    start = {k: v.clone() for k, v in policy.state_dict().items()}
+    by_scale = {1.0: 0.45, 0.5: 0.52}
+
+    def evaluate_on(served) -> dict:
+        success = 0.44 if isinstance(served, DSRLPolicy) else by_scale[served.config.noise_scale]
+        return {"success": success, "per_colour": {}}
+    try:
+        starts, baseline = vla_dsrl.start_success(env, config, policy, start, evaluate_on)
+    finally:
+        env.close()
+    assert {k: v["success"] for k, v in starts.items()} == {"noise scale 1.0": 0.45, "noise scale 0.5": 0.52,
+                                                            "zero noise": 0.44}
+    assert baseline == 0.52 and policy.config is config
