@@ -46,6 +46,8 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -208,6 +210,23 @@ def save_policy(folder: Path, policy: VLAPolicy, settings: dict, record: dict) -
     return path, {**record, "checkpoint": str(path), "loaded": False}
 
 
+def recorded_policy(policy: dict) -> dict:
+    """A policy config as a bc.json or results file recorded it (JSON values), each field added since at its
+    default: the policy computed as with it."""
+    return {**json.loads(json.dumps(vars(VLAPolicyConfig()))), **policy}
+
+
+@contextmanager
+def sampling_at(policy: VLAPolicy, noise_scale: float) -> Iterator[VLAPolicy]:
+    """``policy`` sampling with ``noise_scale`` inside the block (its config replaced), its own config after it."""
+    own = policy.config
+    policy.config = dataclasses.replace(own, noise_scale=noise_scale)
+    try:
+        yield policy
+    finally:
+        policy.config = own
+
+
 def saved_bc(checkpoint: Path, expected: dict, role: str) -> dict:
     """The ``bc.json`` that ``save_policy`` wrote beside ``checkpoint``; SystemExit naming it when there is none, or
     naming each setting in which it differs from ``expected`` (the ``bc_settings`` this run would train with; the
@@ -221,8 +240,7 @@ def saved_bc(checkpoint: Path, expected: dict, role: str) -> dict:
     def flat(settings: dict) -> dict:  # "policy.camera_strides": ..., so a difference names its field
         return {f"{k}.{sub}" if isinstance(v, dict) else k: w for k, v in settings.items()
                 for sub, w in (v.items() if isinstance(v, dict) else [(None, v)])}
-    # a policy field added since the file was written has its default there (the policy computed as with it)
-    had = {**flat(json.loads(json.dumps({"policy": vars(VLAPolicyConfig())}))), **flat(saved["settings"])}
+    had = flat({**saved["settings"], "policy": recorded_policy(saved["settings"]["policy"])})
     differs = [f"{k} {had.get(k)!r} (this run's: {v!r})" for k, v in flat(expected).items()
                if k not in INFERENCE_ONLY and had.get(k) != v]
     if differs:
@@ -359,13 +377,10 @@ def main() -> None:
         eval_seconds = round(time.perf_counter() - t1, 1)
         full = {}
         if args.noise_scale != 1.0:  # the same policy and episodes, sampling with the noise training saw
-            policy.config = dataclasses.replace(config, noise_scale=1.0)
-            try:
+            with sampling_at(policy, 1.0):
                 full = {"full_noise": {
                     "trained_instructions": evaluate(env, runner, args.episodes, args.eval_seed),
                     "paraphrases": evaluate(paraphrase_env, runner, args.episodes, args.eval_seed)}}
-            finally:
-                policy.config = config
         results.append({"seed": seed, "trained_instructions": trained, "paraphrases": paraphrased, **full,
                         "eval_seconds": eval_seconds})  # the figure's two evaluations, without full_noise's
         policies.append(policy)

@@ -54,7 +54,6 @@ VLA settings and chunk execution, and a run that stopped short of its env steps 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import subprocess
 import sys
@@ -88,7 +87,9 @@ from vla import (  # noqa: E402
     load_policy,
     policy_config,
     record_demos,
+    recorded_policy,
     results_folder,
+    sampling_at,
     save_policy,
     task_config,
 )
@@ -207,9 +208,7 @@ def confirm(workdir: Path, env: PickCubeEnv, config: VLAPolicyConfig, settings: 
         if trained != recorded["training"]:
             raise SystemExit(f"--confirm: run {recorded['seed']} in {workdir} is not the figure's (its summary says "
                              f"{trained}, the figure {recorded['training']})")
-    # a policy field added since the figure has its default there (the figure was measured as with it)
-    figure_base = {**json.loads(json.dumps(vars(VLAPolicyConfig()))), **result["settings"]["policy.base"]}
-    if figure_base != json.loads(json.dumps(vars(config))):
+    if recorded_policy(result["settings"]["policy.base"]) != json.loads(json.dumps(vars(config))):
         raise SystemExit(f"--confirm: {path}'s VLA settings are not this command's; pass the options it ran with "
                          f"({result['command']})")
     policy, bc = load_policy(env, config, Path(result["bc_start"]["checkpoint"]), settings, "--confirm")
@@ -254,11 +253,8 @@ def start_success(env: PickCubeEnv, config: VLAPolicyConfig, policy: VLAPolicy, 
     measured over, so that no way of serving the start without DSRL does better than what the gain starts from."""
     out = {}
     for scale in sorted({*BASELINE_NOISE_SCALES, config.noise_scale}, reverse=True):
-        policy.config = dataclasses.replace(config, noise_scale=scale)
-        try:
+        with sampling_at(policy, scale):
             out[f"noise scale {scale}"] = evaluate_on(policy)
-        finally:
-            policy.config = config
     out["zero noise"] = evaluate_on(zero_noise(env, config, start))
     return out, max(r["success"] for r in out.values())
 
