@@ -111,7 +111,7 @@ def main() -> None:
         for kind, config in KINDS.items():
             policy = make_policy(env, config, seed)
             t1 = time.perf_counter()
-            losses = train_bc(policy, data, args.bc_steps, seed=seed)
+            losses = train_bc(policy, data, args.bc_steps, seed=seed).losses
             bc.append({"kind": kind, "seed": seed, "final_loss": round(sum(losses[-100:]) / 100, 4),
                        "seconds": round(time.perf_counter() - t1, 1)})
             print(f"policy {kind} seed {seed}: bc loss {bc[-1]['final_loss']} ({bc[-1]['seconds']:.0f} s)", flush=True)

@@ -17,6 +17,9 @@ from the front and wrist cameras, 64 px, without shadows), domain randomisation 
    to ``--workdir``/policy-<i> (a robolearn checkpoint and ``bc.json``, what it was trained from). A policy that
    ``--workdir`` already holds is loaded instead of trained when its ``bc.json`` names this run's settings (a run that
    stopped goes on where it was; with all policies saved no demos are recorded), and refused when it names others.
+   While a policy trains, its BC loss on ``--validation-demos`` demos it never trains on (seeds from 60000, recorded
+   as the training demos are) is logged at every tenth of the steps (``bc[i].held_out_loss`` in the results): where
+   BC starts to overfit the demos. Scoring them leaves the training as it would be without them.
 2. Each policy runs ``--episodes`` evaluation episodes on seeds from 910000 (never used while developing: that was
    seeds 50000..50199; the range was 900000 until a development policy was evaluated on it once) through the
    actors' episode loop and chunk executor, sync mode (the robot holds while each chunk is computed, zero simulated
@@ -64,7 +67,7 @@ from robolearn.inference.client import RemoteClient, SimulatedLatencyClient  # n
 from robolearn.inference.protocol import ChunkRequest  # noqa: E402
 from robolearn.inference.runner import ChunkPolicyRunner  # noqa: E402
 from robolearn.inference.server import PolicyServer  # noqa: E402
-from robolearn.learner.bc import ChunkDataset, Perturbation, expert_demos, train_bc  # noqa: E402
+from robolearn.learner.bc import ChunkDataset, Perturbation, Validation, expert_demos, train_bc  # noqa: E402
 from robolearn.policies.encoders import DRQ_STRIDES  # noqa: E402
 from robolearn.policies.vla import (  # noqa: E402
     CAMERA_ENCODERS,
@@ -91,6 +94,7 @@ PARAPHRASES = {  # never in the training data: other words for the colour, the a
 }
 H, EXECUTE = 10, 5
 DEMO_SEED, EVAL_SEED = 100_000, 910_000
+VALIDATION_SEED = 60_000  # the held-out demos (--validation-demos): development demos, never trained on here
 CAMERA_SIZE = 64
 PERTURB = Perturbation(fraction=1.0, decoy=0.5)  # the demos' bursts and decoys (the --perturb and --decoy defaults)
 DEMOS, BC_STEPS = 1200, 12000                    # the --demos and --bc-steps defaults (bench-vla-dsrl's too):
@@ -166,24 +170,28 @@ def evaluate(env: PickCubeEnv, runner: ChunkPolicyRunner, episodes: int, first_s
             "episodes_per_colour": {c: len(v) for c, v in per.items()}}
 
 
-def record_demos(env: PickCubeEnv, demos: int, perturb: Perturbation) -> ChunkDataset:
-    """The scripted expert's ``demos`` episodes from DEMO_SEED, with the instruction and both cameras."""
+def record_demos(env: PickCubeEnv, demos: int, perturb: Perturbation, seed: int = DEMO_SEED) -> ChunkDataset:
+    """The scripted expert's ``demos`` episodes from ``seed``, with the instruction and both cameras."""
     t0 = time.perf_counter()
-    data = expert_demos(env, demos, H, seed=DEMO_SEED, keys=("instruction", "front", "wrist"), log_every=50,
+    data = expert_demos(env, demos, H, seed=seed, keys=("instruction", "front", "wrist"), log_every=50,
                         perturb=perturb)
-    print(f"{demos} expert demos ({data.successes} successful, {len(data.states)} frames, "
+    print(f"{demos} expert demos from seed {seed} ({data.successes} successful, {len(data.states)} frames, "
           f"{time.perf_counter() - t0:.0f} s)", flush=True)
     return data
 
 
 def behaviour_clone(env: PickCubeEnv, data: ChunkDataset, config: VLAPolicyConfig, seed: int, steps: int,
-                    batch_size: int) -> tuple[VLAPolicy, dict]:
-    """Policy ``seed`` (its initial weights and batch order) cloned from ``data``, and its loss and time."""
+                    batch_size: int, validation: Validation | None = None) -> tuple[VLAPolicy, dict]:
+    """Policy ``seed`` (its initial weights and batch order) cloned from ``data``, and its loss and time; with
+    ``validation``, its loss on those held-out demos at every tenth of the steps too (``held_out_loss``: [step,
+    loss] pairs; the policy trains the same either way)."""
     torch.manual_seed(seed)  # the initial weights
     policy = VLAPolicy(env.observation_spec, env.action_spec, config)
     t0 = time.perf_counter()
-    losses = train_bc(policy, data, steps, batch_size=batch_size, seed=seed, log_every=max(1, steps // 10))
-    return policy, {"seed": seed, "final_loss": round(float(np.mean(losses[-100:])), 4),
+    history = train_bc(policy, data, steps, batch_size=batch_size, seed=seed, log_every=max(1, steps // 10),
+                       validation=validation)
+    held_out = {"held_out_loss": [list(score) for score in history.validation]} if validation else {}
+    return policy, {"seed": seed, "final_loss": round(float(np.mean(history.losses[-100:])), 4), **held_out,
                     "seconds": round(time.perf_counter() - t0, 1)}
 
 
@@ -301,6 +309,9 @@ def main() -> None:
     ap.add_argument("--policies", type=int, default=3)
     ap.add_argument("--demos", type=int, default=DEMOS)
     ap.add_argument("--bc-steps", type=int, default=BC_STEPS)
+    ap.add_argument("--validation-demos", type=int, default=256,
+                    help=f"demos from seed {VALIDATION_SEED} the policies never train on, their BC loss on them "
+                         "logged at every tenth of the steps (where BC starts to overfit); 0: none")
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--episodes", type=int, default=100)
     ap.add_argument("--rtt-requests", type=int, default=200)
@@ -337,6 +348,9 @@ def main() -> None:
     if args.colour_words and args.text_encoder != "word_vectors":
         ap.error(f"--text-encoder {args.text_encoder} reads word pieces, and colour words are whole words: add "
                  "--no-colour-words")
+    if not 0 <= args.validation_demos <= DEMO_SEED - VALIDATION_SEED:
+        ap.error(f"--validation-demos must be in 0..{DEMO_SEED - VALIDATION_SEED} (seeds from {VALIDATION_SEED}, "
+                 f"below the training demos' {DEMO_SEED}), got {args.validation_demos}")
     if args.policies < 3 and args.eval_seed == EVAL_SEED:
         ap.error("--policies must be >= 3 for the figures (medians over policies)")
     torch.set_num_threads(2)
@@ -360,6 +374,8 @@ def main() -> None:
         said = {bytes(row).split(b"\0")[0].decode() for row in data.observations["instruction"]}
         heard = {p for ps in PARAPHRASES.values() for p in ps} & said
         assert not heard, f"paraphrases in the training data: {heard}"
+    validation = Validation(record_demos(env, args.validation_demos, perturb, VALIDATION_SEED)) \
+        if data is not None and args.validation_demos else None
     paraphrase_env = make_env(PARAPHRASES, args.scene == "state")
     results, bc, policies = [], [], []
     for seed in range(args.policies):
@@ -367,7 +383,7 @@ def main() -> None:
             policy, record = saved[seed]
             print(f"policy {seed}: loaded from {record['checkpoint']}", flush=True)
         else:
-            policy, record = behaviour_clone(env, data, config, seed, args.bc_steps, args.batch_size)
+            policy, record = behaviour_clone(env, data, config, seed, args.bc_steps, args.batch_size, validation)
             _, record = save_policy(workdir / f"policy-{seed}", policy, settings_of(seed), record)
         bc.append(record)
         runner = ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim)
@@ -419,6 +435,8 @@ def main() -> None:
                         settings={**{k: v for k, v in settings_of(0).items() if k != "seed"},
                                   "execute_horizon": EXECUTE,
                                   "eval_seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}",
+                                  "validation_demo_seeds": f"{VALIDATION_SEED}..{VALIDATION_SEED + n - 1}"
+                                  if (n := args.validation_demos) else None,
                                   "camera_size": CAMERA_SIZE, "train_templates": TRAIN_TEMPLATES,
                                   "paraphrases": PARAPHRASES, "threads": 2})
     print(f"\nvla_success {success}, vla_paraphrase_success {para} -> {path}")

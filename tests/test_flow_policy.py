@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from robolearn.learner.bc import chunk_pairs, expert_demos, train_bc
+from robolearn.learner.bc import Validation, chunk_pairs, expert_demos, train_bc
 from robolearn.policies.flow_chunk import FlowChunkPolicy, FlowChunkPolicyConfig, prefix_mask
 from robolearn.sim.reach import ReachEnv
 
@@ -62,6 +62,28 @@ def test_loss_measures_only_positions_after_the_prefix():
         assert (policy.loss(state, actions, torch.full((4,), 3)) > mean_part).all()
 
 
+def test_validation_scores_held_out_demos_and_leaves_the_training_as_it_was():
+    env = ReachEnv()
+    data, held_out = expert_demos(env, 10, horizon=6, seed=100), expert_demos(env, 5, horizon=6, seed=900)
+    plain, watched = tiny_policy(env), tiny_policy(env)
+    train_bc(plain, data, steps=120, batch_size=64, lr=2e-3, log_every=40)
+    history = train_bc(watched, data, steps=120, batch_size=64, lr=2e-3, log_every=40,
+                       validation=Validation(held_out, batches=3, batch_size=32, seed=5))
+    for a, b in zip(plain.state_dict().values(), watched.state_dict().values(), strict=True):
+        assert torch.equal(a, b)  # scoring the held-out demos drew nothing from the training's random streams
+    assert [step for step, _ in history.validation] == [40, 80, 120] and len(history.losses) == 120
+    assert history.validation[-1][1] < history.validation[0][1]
+    # the last score, recomputed by hand: the same 3 batches of 32 held-out rows and flow noise, in eval mode
+    rows = torch.randint(0, len(held_out.states), (3, 32), generator=torch.Generator().manual_seed(5))
+    torch.manual_seed(5)
+    with torch.no_grad():
+        by_hand = np.mean([watched.loss(torch.as_tensor(held_out.states[r]), torch.as_tensor(held_out.chunks[r]),
+                                        valid=torch.as_tensor(held_out.valid[r])).mean().item() for r in rows])
+    assert history.validation[-1][1] == pytest.approx(by_hand, abs=1e-4)
+    with pytest.raises(ValueError, match="batches and batch_size"):
+        Validation(held_out, batches=0)
+
+
 def test_chunk_pairs_pad_past_the_episode_end_and_mask_it():
     s, c, v = chunk_pairs([np.zeros(2)] * 3, [np.full(1, k, np.float32) for k in range(3)], horizon=4)
     assert c[:, :, 0].tolist() == [[0, 1, 2, 0], [1, 2, 0, 0], [2, 0, 0, 0]]
@@ -73,7 +95,7 @@ def test_behaviour_cloning_fits_expert_demos():
     data = expert_demos(env, 20, horizon=6, seed=100)
     assert data.successes == 20 and data.chunks.shape[1:] == (6, 6)
     policy = tiny_policy(env)
-    losses = train_bc(policy, data, steps=400, batch_size=128, lr=2e-3)
+    losses = train_bc(policy, data, steps=400, batch_size=128, lr=2e-3).losses
     assert np.mean(losses[-50:]) < 0.5 * np.mean(losses[:50])
     # the sampled chunk's first action points the same way as the expert's
     obs, _ = env.reset(seed=7)

@@ -18,7 +18,7 @@ from robolearn.inference.client import RemoteClient
 from robolearn.inference.protocol import ChunkRequest, MidObservation, mid_to_wire
 from robolearn.inference.runner import ChunkPolicyRunner
 from robolearn.inference.server import PolicyServer
-from robolearn.learner.bc import ChunkDataset, expert_demos, train_bc
+from robolearn.learner.bc import ChunkDataset, Validation, expert_demos, train_bc
 from robolearn.learner.chunk_batch import sample_chunk_windows
 from robolearn.learner.dsrl import DSRL, DSRLConfig
 from robolearn.learner.habc import HABC, HABCConfig
@@ -217,7 +217,7 @@ def test_bc_learns_to_act_on_the_colour_word(env, camera_encoder, text_encoder):
                             "instruction": np.stack([encode_text(f"pick up the {c} cube", INSTRUCTION_BYTES)
                                                      for c in asked])})
     policy = tiny_vla(env, camera_encoder=camera_encoder, text_encoder=text_encoder)
-    losses = train_bc(policy, data, steps=250, batch_size=64, lr=2e-3)
+    losses = train_bc(policy, data, steps=250, batch_size=64, lr=2e-3).losses
     assert np.mean(losses[-20:]) < 0.3 * np.mean(losses[:20])
 
     def first_joint(sentence):
@@ -349,8 +349,13 @@ def test_expert_demos_keep_the_observations_a_vla_reads_and_two_stage_bc_trains_
     assert set(data.observations) == {"instruction", "front", "wrist"}
     assert data.observations["front"].shape == (len(data.states), SIZE, SIZE, 3)
     assert data.past_index.shape == (len(data.states), D + 1)
-    losses = train_bc(policy, data, steps=5, batch_size=16)
+    losses = train_bc(policy, data, steps=5, batch_size=16).losses
     assert np.isfinite(losses).all()
+    # held-out demos scored on the same observations (cameras, instruction, the past ones), in eval mode
+    history = train_bc(policy, data, steps=4, batch_size=16, log_every=2,
+                       validation=Validation(data, batches=2, batch_size=8))
+    assert [step for step, _ in history.validation] == [2, 4] and np.isfinite([v for _, v in history.validation]).all()
+    assert not policy.training
 
 
 def test_recorded_instructions_come_back_as_the_observation_and_habc_trains_the_vla_on_them(env, demo_buffer):

@@ -184,35 +184,104 @@ def expert_demos(env: TaskEnv, episodes: int, horizon: int, seed: int = 0, actio
                         np.concatenate(all_f) if past else None, {k: np.stack(v) for k, v in kept.items()})
 
 
+class _Rows:
+    """A ChunkDataset's arrays as tensors; ``batch(rows)`` -> the policy's ``loss`` arguments for those rows: the
+    observation (the state (B, S), or a dict of it and ``data.observations`` when there are any), the chunks
+    (B, H, A), and the keyword arguments (``valid``, and ``past`` for a mid-inference policy)."""
+
+    def __init__(self, data: ChunkDataset) -> None:
+        self.states = torch.as_tensor(data.states)
+        self.chunks = torch.as_tensor(data.chunks)
+        self.valid = torch.as_tensor(data.valid)
+        self.past_index = None if data.past_index is None else torch.as_tensor(data.past_index)
+        self.others = {k: torch.as_tensor(v) for k, v in data.observations.items()}
+
+    def __len__(self) -> int:
+        return len(self.states)
+
+    def observation(self, rows: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
+        if not self.others:
+            return self.states[rows]
+        return {"state": self.states[rows], **{k: v[rows] for k, v in self.others.items()}}
+
+    def batch(self, rows: torch.Tensor) -> tuple[torch.Tensor | dict[str, torch.Tensor], torch.Tensor, dict]:
+        extra = {} if self.past_index is None else {"past": self.observation(self.past_index[rows])}
+        return self.observation(rows), self.chunks[rows], {"valid": self.valid[rows], **extra}
+
+
+@dataclass(frozen=True)
+class Validation:
+    """Demos the policy never trains on, scored during ``train_bc``: the mean loss over ``batches`` fixed batches of
+    ``batch_size`` rows (drawn once with ``seed``), in eval mode (no augmentation) and with the same flow noise each
+    time, so that one run's scores are comparable with each other; the training's random streams are untouched (the
+    policy trains as it would without it)."""
+    data: ChunkDataset
+    batches: int = 20
+    batch_size: int = 128
+    seed: int = 123
+
+    def __post_init__(self) -> None:
+        if self.batches < 1 or self.batch_size < 1:
+            raise ValueError(f"Validation: batches and batch_size must be >= 1, got {self.batches}, {self.batch_size}")
+        if len(self.data.states) == 0:
+            raise ValueError("Validation: the validation demos have no frames")
+
+
+def held_out_loss(policy: torch.nn.Module, rows: _Rows, batches: torch.Tensor, seed: int) -> float:
+    """The mean of the policy's loss over ``batches`` (K, B) rows of ``rows``, in eval mode with torch's random
+    stream set to ``seed`` inside (restored after); the policy's mode is restored after too."""
+    was_training = policy.training
+    policy.eval()
+    cuda = sorted({p.device.index or 0 for p in policy.parameters() if p.is_cuda})  # manual_seed seeds these too
+    with torch.random.fork_rng(devices=cuda), torch.no_grad():
+        torch.manual_seed(seed)
+        losses = []
+        for b in batches:
+            observation, chunks, kwargs = rows.batch(b)
+            losses.append(policy.loss(observation, chunks, **kwargs).mean().item())
+    policy.train(was_training)
+    return float(np.mean(losses))
+
+
+@dataclass(frozen=True)
+class BCHistory:
+    """What ``train_bc`` measured: the training loss per step, and with a ``Validation`` its loss on the held-out
+    demos at each log point (and at the end) as (steps done, loss)."""
+    losses: list[float]
+    validation: list[tuple[int, float]] = field(default_factory=list)
+
+
 def train_bc(policy: torch.nn.Module, data: ChunkDataset, steps: int, batch_size: int = 256, lr: float = 1e-3,
-             seed: int = 0, log_every: int = 0) -> list[float]:
-    """Adam on the policy's per-example ``loss(observation, chunk, valid=...)``; returns the loss per step. The
-    observation is the state (B, S), or a dict of it and ``data.observations`` when there are any."""
+             seed: int = 0, log_every: int = 0, validation: Validation | None = None) -> BCHistory:
+    """Adam on the policy's per-example ``loss(observation, chunk, valid=...)`` over ``data``; with ``validation``,
+    the loss on its held-out demos every ``log_every`` steps (or only at the end when 0): where the policy starts
+    to overfit its demos."""
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    states = torch.as_tensor(data.states)
-    chunks = torch.as_tensor(data.chunks)
-    valid = torch.as_tensor(data.valid)
-    past_index = None if data.past_index is None else torch.as_tensor(data.past_index)
-    others = {k: torch.as_tensor(v) for k, v in data.observations.items()}
-
-    def observation(rows: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
-        return {"state": states[rows], **{k: v[rows] for k, v in others.items()}} if others else states[rows]
+    train = _Rows(data)
+    held_out = None if validation is None else _Rows(validation.data)
+    held_out_batches = None if validation is None else torch.randint(
+        0, len(held_out), (validation.batches, validation.batch_size),
+        generator=torch.Generator().manual_seed(validation.seed))
     opt = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=1e-4)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps, eta_min=lr * 0.05)
     policy.train()
-    losses, t0 = [], time.perf_counter()
+    losses, scores, t0 = [], [], time.perf_counter()
     for step in range(steps):
-        idx = torch.randint(0, len(states), (batch_size,), generator=gen)
-        extra = {} if past_index is None else {"past": observation(past_index[idx])}
-        loss = policy.loss(observation(idx), chunks[idx], valid=valid[idx], **extra).mean()
+        idx = torch.randint(0, len(train), (batch_size,), generator=gen)
+        observation, chunks, kwargs = train.batch(idx)
+        loss = policy.loss(observation, chunks, **kwargs).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         sched.step()
         losses.append(loss.item())
-        if log_every and (step + 1) % log_every == 0:
-            print(f"  bc step {step + 1}/{steps}  loss {np.mean(losses[-log_every:]):.4f}  "
+        logging = log_every and (step + 1) % log_every == 0
+        if held_out is not None and (logging or step + 1 == steps):
+            scores.append((step + 1, round(held_out_loss(policy, held_out, held_out_batches, validation.seed), 4)))
+        if logging:
+            said = f"  held-out loss {scores[-1][1]:.4f}" if held_out is not None else ""
+            print(f"  bc step {step + 1}/{steps}  loss {np.mean(losses[-log_every:]):.4f}{said}  "
                   f"({time.perf_counter() - t0:.0f} s)", flush=True)
     policy.eval()
-    return losses
+    return BCHistory(losses, scores)
