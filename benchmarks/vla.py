@@ -18,8 +18,9 @@ from the front and wrist cameras, 64 px, without shadows), domain randomisation 
    ``--workdir`` already holds is loaded instead of trained when its ``bc.json`` names this run's settings (a run that
    stopped goes on where it was; with all policies saved no demos are recorded), and refused when it names others.
    While a policy trains, its BC loss on ``--validation-demos`` demos it never trains on (seeds from 60000, recorded
-   as the training demos are) is logged at every tenth of the steps (``bc[i].held_out_loss`` in the results): where
-   BC starts to overfit the demos. Scoring them leaves the training as it would be without them.
+   as the training demos are) is logged at every tenth of the steps (``bc[i].held_out_loss`` and
+   ``bc[i].held_out_demo_seeds`` in the results; a loaded policy's are its own run's): where BC starts to overfit.
+   Scoring them leaves the training as it would be without them.
 2. Each policy runs ``--episodes`` evaluation episodes on seeds from 910000 (never used while developing: that was
    seeds 50000..50199; the range was 900000 until a development policy was evaluated on it once) through the
    actors' episode loop and chunk executor, sync mode (the robot holds while each chunk is computed, zero simulated
@@ -191,7 +192,8 @@ def behaviour_clone(env: PickCubeEnv, data: ChunkDataset, config: VLAPolicyConfi
     t0 = time.perf_counter()
     history = train_bc(policy, data, steps, batch_size=batch_size, seed=seed, log_every=max(1, steps // 10),
                        validation=validation)
-    held_out = {"held_out_loss": [list(score) for score in history.validation]} if validation else {}
+    held_out = {} if validation is None else {"held_out_loss": [[step, round(loss, 4)]
+                                                                for step, loss in history.validation]}
     return policy, {"seed": seed, "final_loss": round(float(np.mean(history.losses[-100:])), 4), **held_out,
                     "seconds": round(time.perf_counter() - t0, 1)}
 
@@ -377,6 +379,7 @@ def main() -> None:
         assert not heard, f"paraphrases in the training data: {heard}"
     validation = Validation(record_demos(env, args.validation_demos, perturb, VALIDATION_SEED)) \
         if data is not None and args.validation_demos else None
+    validation_seeds = f"{VALIDATION_SEED}..{VALIDATION_SEED + args.validation_demos - 1}"
     paraphrase_env = make_env(PARAPHRASES, args.scene == "state")
     results, bc, policies = [], [], []
     for seed in range(args.policies):
@@ -385,6 +388,8 @@ def main() -> None:
             print(f"policy {seed}: loaded from {record['checkpoint']}", flush=True)
         else:
             policy, record = behaviour_clone(env, data, config, seed, args.bc_steps, args.batch_size, validation)
+            if validation is not None:  # a loaded policy's record says what its own run scored
+                record["held_out_demo_seeds"] = validation_seeds
             _, record = save_policy(workdir / f"policy-{seed}", policy, settings_of(seed), record)
         bc.append(record)
         runner = ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim)
@@ -436,8 +441,6 @@ def main() -> None:
                         settings={**{k: v for k, v in settings_of(0).items() if k != "seed"},
                                   "execute_horizon": EXECUTE,
                                   "eval_seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}",
-                                  "validation_demo_seeds": f"{VALIDATION_SEED}..{VALIDATION_SEED + n - 1}"
-                                  if (n := args.validation_demos) else None,
                                   "camera_size": CAMERA_SIZE, "train_templates": TRAIN_TEMPLATES,
                                   "paraphrases": PARAPHRASES, "threads": 2})
     print(f"\nvla_success {success}, vla_paraphrase_success {para} -> {path}")

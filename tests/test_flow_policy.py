@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from robolearn.learner.bc import Validation, chunk_pairs, expert_demos, train_bc
+from robolearn.learner.bc import Validation, chunk_pairs, expert_demos, held_out_loss, train_bc
 from robolearn.policies.flow_chunk import FlowChunkPolicy, FlowChunkPolicyConfig, prefix_mask
 from robolearn.sim.reach import ReachEnv
 
@@ -79,7 +79,9 @@ def test_validation_scores_held_out_demos_and_leaves_the_training_as_it_was():
     with torch.no_grad():
         by_hand = np.mean([watched.loss(torch.as_tensor(held_out.states[r]), torch.as_tensor(held_out.chunks[r]),
                                         valid=torch.as_tensor(held_out.valid[r])).mean().item() for r in rows])
-    assert history.validation[-1][1] == pytest.approx(by_hand, abs=1e-4)
+    assert history.validation[-1][1] == pytest.approx(by_hand, rel=1e-6)
+    assert held_out_loss(watched, Validation(held_out, batches=3, batch_size=32, seed=5)) == history.validation[-1][1]
+    assert not watched.training
     with pytest.raises(ValueError, match="batches and batch_size"):
         Validation(held_out, batches=0)
 

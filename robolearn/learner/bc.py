@@ -227,19 +227,27 @@ class Validation:
             raise ValueError("Validation: the validation demos have no frames")
 
 
-def held_out_loss(policy: torch.nn.Module, rows: _Rows, batches: torch.Tensor, seed: int) -> float:
-    """The mean of the policy's loss over ``batches`` (K, B) rows of ``rows``, in eval mode with torch's random
-    stream set to ``seed`` inside (restored after); the policy's mode is restored after too."""
+def held_out_loss(policy: torch.nn.Module, validation: Validation) -> float:
+    """The mean of the policy's loss over the validation's fixed batches, in eval mode, with the flow noise (and any
+    other draw) from torch's generators seeded with ``validation.seed`` inside a fork: the CPU's and those of the
+    CUDA devices the policy is on; the caller's random state and the policy's mode are restored after."""
+    rows = _Rows(validation.data)  # tensors sharing the arrays' memory: no copy
+    batches = torch.randint(0, len(rows), (validation.batches, validation.batch_size),
+                            generator=torch.Generator().manual_seed(validation.seed))
+    cuda = sorted({p.device.index or 0 for p in policy.parameters() if p.is_cuda})
     was_training = policy.training
     policy.eval()
-    cuda = sorted({p.device.index or 0 for p in policy.parameters() if p.is_cuda})  # manual_seed seeds these too
-    with torch.random.fork_rng(devices=cuda), torch.no_grad():
-        torch.manual_seed(seed)
-        losses = []
-        for b in batches:
-            observation, chunks, kwargs = rows.batch(b)
-            losses.append(policy.loss(observation, chunks, **kwargs).mean().item())
-    policy.train(was_training)
+    try:
+        with torch.random.fork_rng(devices=cuda), torch.no_grad():
+            torch.random.default_generator.manual_seed(validation.seed)
+            for device in cuda:  # only the forked ones: torch.manual_seed would reseed every device unrestored
+                torch.cuda.default_generators[device].manual_seed(validation.seed)
+            losses = []
+            for b in batches:
+                observation, chunks, kwargs = rows.batch(b)
+                losses.append(policy.loss(observation, chunks, **kwargs).mean().item())
+    finally:
+        policy.train(was_training)
     return float(np.mean(losses))
 
 
@@ -254,15 +262,11 @@ class BCHistory:
 def train_bc(policy: torch.nn.Module, data: ChunkDataset, steps: int, batch_size: int = 256, lr: float = 1e-3,
              seed: int = 0, log_every: int = 0, validation: Validation | None = None) -> BCHistory:
     """Adam on the policy's per-example ``loss(observation, chunk, valid=...)`` over ``data``; with ``validation``,
-    the loss on its held-out demos every ``log_every`` steps (or only at the end when 0): where the policy starts
-    to overfit its demos."""
+    the loss on its held-out demos every ``log_every`` steps and at the end (only at the end when 0): where the
+    policy starts to overfit its demos. Returns the ``BCHistory``; the policy is left in eval mode."""
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     train = _Rows(data)
-    held_out = None if validation is None else _Rows(validation.data)
-    held_out_batches = None if validation is None else torch.randint(
-        0, len(held_out), (validation.batches, validation.batch_size),
-        generator=torch.Generator().manual_seed(validation.seed))
     opt = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=1e-4)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps, eta_min=lr * 0.05)
     policy.train()
@@ -276,11 +280,11 @@ def train_bc(policy: torch.nn.Module, data: ChunkDataset, steps: int, batch_size
         opt.step()
         sched.step()
         losses.append(loss.item())
-        logging = log_every and (step + 1) % log_every == 0
-        if held_out is not None and (logging or step + 1 == steps):
-            scores.append((step + 1, round(held_out_loss(policy, held_out, held_out_batches, validation.seed), 4)))
-        if logging:
-            said = f"  held-out loss {scores[-1][1]:.4f}" if held_out is not None else ""
+        log_now = bool(log_every) and (step + 1) % log_every == 0
+        if validation is not None and (log_now or step + 1 == steps):
+            scores.append((step + 1, held_out_loss(policy, validation)))
+        if log_now:
+            said = f"  held-out loss {scores[-1][1]:.4f}" if validation is not None else ""
             print(f"  bc step {step + 1}/{steps}  loss {np.mean(losses[-log_every:]):.4f}{said}  "
                   f"({time.perf_counter() - t0:.0f} s)", flush=True)
     policy.eval()
