@@ -211,10 +211,10 @@ class _Rows:
 
 @dataclass(frozen=True)
 class Validation:
-    """Demos the policy never trains on, scored during ``train_bc``: the mean loss over ``batches`` fixed batches of
-    ``batch_size`` rows (drawn once with ``seed``), in eval mode (no augmentation) and with the same flow noise each
-    time, so that one run's scores are comparable with each other; the training's random streams are untouched (the
-    policy trains as it would without it)."""
+    """Demos the policy never trains on, scored during ``train_bc``: the mean loss over ``batches`` batches of
+    ``batch_size`` rows (the same rows each time, drawn with ``seed``), in eval mode (no augmentation), with the same
+    flow noise each time, so that one run's scores compare with each other; the training's random streams are
+    untouched (the policy trains as it would without it)."""
     data: ChunkDataset
     batches: int = 20
     batch_size: int = 128
