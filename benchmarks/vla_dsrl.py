@@ -217,7 +217,7 @@ def confirm(workdir: Path, env: PickCubeEnv, config: VLAPolicyConfig, settings: 
                          f"not the figure's ({result['bc_start']['final_loss']}, {result['bc_start']['commit']})")
     start = {k: v.clone() for k, v in policy.state_dict().items()}
     starts, baseline = start_success(env, config, policy, start, evaluate_on)
-    before, zero = starts[f"noise scale {config.noise_scale}"], starts["zero noise"]
+    before = starts[f"noise scale {config.noise_scale}"]
     print("BC start: " + "; ".join(f"{k} {v['success']:.2f}" for k, v in starts.items()), flush=True)
     runs = []
     for recorded in result["runs"]:
@@ -235,8 +235,7 @@ def confirm(workdir: Path, env: PickCubeEnv, config: VLAPolicyConfig, settings: 
         "seeds": f"{first_seed}..{first_seed + episodes - 1}", "dsrl_success_gain":
         spread([r["gain"] for r in runs], 4), "gain_over": baseline,
         "bc_start": {k: before[k] for k in ("success", "per_colour", "episodes_per_colour")},
-        "bc_start_zero_noise": {k: zero[k] for k in ("success", "per_colour")},
-        "bc_start_served": {k: {"success": v["success"], "per_colour": v["per_colour"]} for k, v in starts.items()},
+        "bc_start_zero_noise": served(starts)["zero noise"], "bc_start_served": served(starts),
         "runs": runs}
     path.write_text(json.dumps(result, indent=2) + "\n")
     return path
@@ -257,6 +256,11 @@ def start_success(env: PickCubeEnv, config: VLAPolicyConfig, policy: VLAPolicy, 
             out[f"noise scale {scale}"] = evaluate_on(policy)
     out["zero noise"] = evaluate_on(zero_noise(env, config, start))
     return out, max(r["success"] for r in out.values())
+
+
+def served(starts: dict[str, dict]) -> dict[str, dict]:
+    """``start_success``'s evaluations as the results keep them: the success and the success per colour."""
+    return {k: {"success": v["success"], "per_colour": v["per_colour"]} for k, v in starts.items()}
 
 
 def zero_noise(env: PickCubeEnv, config: VLAPolicyConfig, weights: dict[str, torch.Tensor]) -> DSRLPolicy:
@@ -384,9 +388,7 @@ def main() -> None:
                         task="pick_cube_color (language, scene from cameras)", dsrl_success_gain=gain,
                         bc_start={"success": before["success"], "per_colour": before["per_colour"],
                                   "episodes_per_colour": before["episodes_per_colour"], **bc_record},
-                        bc_start_zero_noise={"success": zero["success"], "per_colour": zero["per_colour"]},
-                        bc_start_served={k: {"success": v["success"], "per_colour": v["per_colour"]}
-                                         for k, v in starts.items()},
+                        bc_start_zero_noise=served(starts)["zero noise"], bc_start_served=served(starts),
                         gain_over=f"the best of the BC start served as in bc_start_served: {baseline}",
                         runs=runs, minutes=round((time.perf_counter() - t0) / 60, 1),
                         settings={"policy.base": vars(config), "env_steps_per_run": args.env_steps,
