@@ -24,12 +24,13 @@ from the front and wrist cameras, 64 px, without shadows), domain randomisation 
 2. Each policy runs ``--episodes`` evaluation episodes on seeds from 910000 (never used while developing: that was
    seeds 50000..50199; the range was 900000 until a development policy was evaluated on it once) through the
    actors' episode loop and chunk executor, sync mode (the robot holds while each chunk is computed, zero simulated
-   inference time, the first ``EXECUTE`` actions of each chunk executed):
+   inference time, the first ``--execute`` actions of each 10-action chunk executed, 5 by default):
    ``vla_success`` (median over policies, per colour too), then the same seeds with PARAPHRASES, 12 per colour,
    none of them in the training data (other verbs, nouns, and colour words such as "crimson" or "navy"):
    ``vla_paraphrase_success``. The VLA samples with ``--noise-scale`` (``policy.noise_scale``, the start noise's
-   standard deviation, 1 by default); with another scale each policy is then evaluated again on the same episodes
-   with 1, the noise training saw (``full_noise``: the same figures as the default samples them).
+   standard deviation, 1 by default). With another scale or another ``--execute`` each policy is then evaluated
+   again on the same episodes as the defaults serve it, noise scale 1 (what training saw) and 5 actions executed
+   (``baseline``: the same figures side by side).
 3. ``vla_inference_ms``: one policy behind the real policy server (``inference.server.PolicyServer``) over zmq,
    ``--rtt-requests`` requests from 1 robot and then from 4 robots at once (one batch of 4), p50 / p99 of the
    round trip seen by the robots' clients.
@@ -93,7 +94,7 @@ PARAPHRASES = {  # never in the training data: other words for the colour, the a
              "please grab the blue box", "seize the navy cube", "pick the azure block", "fetch the blue object",
              "lift up the cobalt block", "grab the sapphire cube", "collect the blue brick", "snatch the navy one"],
 }
-H, EXECUTE = 10, 5
+H, EXECUTE = 10, 5  # the chunk's actions, and the --execute default (bench-vla-dsrl's actors execute 5)
 DEMO_SEED, EVAL_SEED = 100_000, 910_000
 VALIDATION_SEED = 60_000  # the held-out demos (--validation-demos): development demos, never trained on here
 CAMERA_SIZE = 64
@@ -153,14 +154,20 @@ def results_folder(eval_seed: int, workdir: Path | None = None) -> Path:
     return workdir or Path(tempfile.mkdtemp(prefix="bench-vla-dev-"))
 
 
-EVAL_CHUNKING = ChunkingConfig(mode="sync", splice="replace", max_prefix=0, execute_horizon=EXECUTE)
+def eval_chunking(execute: int = EXECUTE) -> ChunkingConfig:
+    """Sync execution (the robot holds while each chunk is computed), the first ``execute`` actions of each."""
+    return ChunkingConfig(mode="sync", splice="replace", max_prefix=0, execute_horizon=execute)
 
 
-def evaluate(env: PickCubeEnv, runner: ChunkPolicyRunner, episodes: int, first_seed: int) -> dict:
-    """Success over ``episodes`` episodes seeded from ``first_seed`` (sync, zero inference ticks, EVAL_CHUNKING),
-    overall and per asked colour."""
+EVAL_CHUNKING = eval_chunking()  # how bench-vla-dsrl's actors and evaluations execute chunks
+
+
+def evaluate(env: PickCubeEnv, runner: ChunkPolicyRunner, episodes: int, first_seed: int,
+             execute: int = EXECUTE) -> dict:
+    """Success over ``episodes`` episodes seeded from ``first_seed`` (sync, zero inference ticks, the first
+    ``execute`` actions of each chunk executed), overall and per asked colour."""
     clock = SimClock(DelaySampler("fixed", ticks=0))
-    executor = ChunkExecutor(SimulatedLatencyClient(runner, clock), env.action_spec, H, EVAL_CHUNKING)
+    executor = ChunkExecutor(SimulatedLatencyClient(runner, clock), env.action_spec, H, eval_chunking(execute))
     loop = EpisodeLoop(env, executor, clock, subscribers=[SeedTorch()])  # the actors' episode loop
     per: dict[str, list[bool]] = {c: [] for c in COLOURS}
     for ep in range(episodes):
@@ -342,7 +349,10 @@ def main() -> None:
                     help="policy.fuse_dims: the trunk's fusing MLP (the policy's default: 256)")
     ap.add_argument("--noise-scale", type=float, default=NOISE_SCALE,
                     help="policy.noise_scale: the start noise's standard deviation at inference (1: what training "
-                    "saw; each policy is also evaluated with 1 unless this is 1)")
+                    "saw; each policy is also evaluated as the defaults serve it unless this is 1)")
+    ap.add_argument("--execute", type=int, default=EXECUTE,
+                    help=f"actions executed of each {H}-action chunk before the next is computed (1: a new chunk every "
+                    f"tick; each policy is also evaluated as the defaults serve it unless this is {EXECUTE})")
     ap.add_argument("--scene", choices=["cameras", "state"], default="cameras",
                     help="where the cubes' poses come from: the cameras alone, or the state too (task.scene_state)")
     ap.add_argument("--workdir", type=Path, default=None, help="where each policy is saved, policy-<seed>/ "
@@ -354,6 +364,8 @@ def main() -> None:
     if not 0 <= args.validation_demos <= DEMO_SEED - VALIDATION_SEED:
         ap.error(f"--validation-demos must be in 0..{DEMO_SEED - VALIDATION_SEED} (seeds from {VALIDATION_SEED}, "
                  f"below the training demos' {DEMO_SEED}), got {args.validation_demos}")
+    if not 1 <= args.execute <= H:
+        ap.error(f"--execute must be in 1..{H} (the chunk's actions), got {args.execute}")
     if args.policies < 3 and args.eval_seed == EVAL_SEED:
         ap.error("--policies must be >= 3 for the figures (medians over policies)")
     torch.set_num_threads(2)
@@ -382,6 +394,7 @@ def main() -> None:
     validation_seeds = f"{VALIDATION_SEED}..{VALIDATION_SEED + args.validation_demos - 1}"
     paraphrase_env = make_env(PARAPHRASES, args.scene == "state")
     results, bc, policies = [], [], []
+    served_otherwise = args.noise_scale != 1.0 or args.execute != EXECUTE  # than the defaults serve a policy
     for seed in range(args.policies):
         if seed in saved:
             policy, record = saved[seed]
@@ -394,25 +407,26 @@ def main() -> None:
         bc.append(record)
         runner = ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim)
         t1 = time.perf_counter()
-        trained = evaluate(env, runner, args.episodes, args.eval_seed)
-        paraphrased = evaluate(paraphrase_env, runner, args.episodes, args.eval_seed)
+        trained = evaluate(env, runner, args.episodes, args.eval_seed, args.execute)
+        paraphrased = evaluate(paraphrase_env, runner, args.episodes, args.eval_seed, args.execute)
         eval_seconds = round(time.perf_counter() - t1, 1)
-        full = {}
-        if args.noise_scale != 1.0:  # the same policy and episodes, sampling with the noise training saw
+        base = {}
+        if served_otherwise:  # the same policy and episodes as the defaults serve it, side by side
             with sampling_at(policy, 1.0):
-                full = {"full_noise": {
+                base = {"baseline": {
                     "trained_instructions": evaluate(env, runner, args.episodes, args.eval_seed),
                     "paraphrases": evaluate(paraphrase_env, runner, args.episodes, args.eval_seed)}}
-        results.append({"seed": seed, "trained_instructions": trained, "paraphrases": paraphrased, **full,
-                        "eval_seconds": eval_seconds})  # the figure's two evaluations, without full_noise's
+        results.append({"seed": seed, "trained_instructions": trained, "paraphrases": paraphrased, **base,
+                        "eval_seconds": eval_seconds})  # the figure's two evaluations, without the baseline's
         policies.append(policy)
         print(f"policy {seed}: bc loss {bc[-1]['final_loss']} ({bc[-1]['seconds']:.0f} s); success "
               f"{trained['success']:.2f} {trained['per_colour']}, paraphrases {paraphrased['success']:.2f} "
               f"{paraphrased['per_colour']} ({results[-1]['eval_seconds']:.0f} s)", flush=True)
-        if full:
-            baseline = full["full_noise"]
-            print(f"policy {seed} with noise scale 1: success {baseline['trained_instructions']['success']:.2f}, "
-                  f"paraphrases {baseline['paraphrases']['success']:.2f}", flush=True)
+        if base:
+            baseline = base["baseline"]
+            print(f"policy {seed} served as by default (noise scale 1, {EXECUTE} actions executed): success "
+                  f"{baseline['trained_instructions']['success']:.2f}, paraphrases "
+                  f"{baseline['paraphrases']['success']:.2f}", flush=True)
     latency = inference_ms(policies[0], env, args.rtt_requests, args.eval_seed)
     print(f"inference through the server: {latency}", flush=True)
     env.close()
@@ -425,9 +439,10 @@ def main() -> None:
     per_colour = {c: over_policies([r["trained_instructions"]["per_colour"][c] or 0.0 for r in results])
                   for c in COLOURS}
     para_colour = {c: over_policies([r["paraphrases"]["per_colour"][c] or 0.0 for r in results]) for c in COLOURS}
-    full_noise = {} if args.noise_scale == 1.0 else {"full_noise": {  # the same medians sampling with noise scale 1
-        key: over_policies([r["full_noise"][key]["success"] for r in results])
-        for key in ("trained_instructions", "paraphrases")}}
+    baseline = {} if not served_otherwise else {"baseline": {  # the same medians served as by default
+        "noise_scale": 1.0, "execute_horizon": EXECUTE,
+        **{key: over_policies([r["baseline"][key]["success"] for r in results])
+           for key in ("trained_instructions", "paraphrases")}}}
     command = run_command(ap, args, "bench-vla", "vla.py")
     goals = [goal("vla_success", success["median"], ">=", 0.8),
              goal("vla_paraphrase_success", para["median"], ">=", 0.7)]  # dsrl_success_gain: vla_dsrl.py
@@ -435,11 +450,11 @@ def main() -> None:
     path = write_result("vla", command, folder=results_folder(args.eval_seed, workdir),
                         goals=goals, task=f"pick_cube_color (language, {scene})",
                         success=success, success_per_colour=per_colour, paraphrase_success=para,
-                        paraphrase_success_per_colour=para_colour, **full_noise, vla_inference_ms=latency,
+                        paraphrase_success_per_colour=para_colour, **baseline, vla_inference_ms=latency,
                         runs=results, bc=bc,
                         parameters=sum(p.numel() for p in policies[0].parameters()),
                         settings={**{k: v for k, v in settings_of(0).items() if k != "seed"},
-                                  "execute_horizon": EXECUTE,
+                                  "execute_horizon": args.execute,
                                   "eval_seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}",
                                   "camera_size": CAMERA_SIZE, "train_templates": TRAIN_TEMPLATES,
                                   "paraphrases": PARAPHRASES, "threads": 2})

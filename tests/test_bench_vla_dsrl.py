@@ -158,22 +158,41 @@ def test_bench_vla_evaluates_the_policies_its_workdir_holds_without_recording_de
     assert result["bc"] == [{"checkpoint": str(ckpt), "seed": 0, "final_loss": 0.5, "seconds": 1.0, "commit": COMMIT,
                              "loaded": True}]
     assert [r["seed"] for r in result["runs"]] == [0]
-    assert "full_noise" not in result  # the default samples with the noise training saw: nothing to compare
-    monkeypatch.setattr(sys, "argv", [*argv, "--noise-scale", "0.5"])  # the saved policy, sampled otherwise
-    scales, evaluate = [], vla.evaluate
+    assert "baseline" not in result  # served as the defaults serve it: nothing to compare
+    served, evaluate = [], vla.evaluate
 
-    def evaluate_noting_the_scale(env, runner, episodes, first_seed):
-        scales.append(runner.policy.config.noise_scale)
-        return evaluate(env, runner, episodes, first_seed)
-    monkeypatch.setattr(vla, "evaluate", evaluate_noting_the_scale)
-    vla.main()
-    assert scales == [0.5, 0.5, 1.0, 1.0]  # the figure's two evaluations, then the same two at the training noise
-    result = json.loads((tmp_path / "vla.json").read_text())
-    assert result["bc"][0]["loaded"] and result["settings"]["policy"]["noise_scale"] == 0.5
-    # the same episodes sampled with the noise training saw, beside the figure
-    assert set(result["runs"][0]["full_noise"]) == {"trained_instructions", "paraphrases"}
-    assert result["full_noise"]["trained_instructions"]["per_policy"] == [
-        result["runs"][0]["full_noise"]["trained_instructions"]["success"]]
+    def evaluate_noting_the_serving(env, runner, episodes, first_seed, execute=vla.EXECUTE):
+        served.append((runner.policy.config.noise_scale, execute))
+        counts, run, step = {"requests": 0, "steps": 0}, runner.run, env.step
+
+        def counted_run(requests):
+            counts["requests"] += len(requests)
+            return run(requests)
+
+        def counted_step(action):
+            counts["steps"] += 1
+            return step(action)
+        runner.run, env.step = counted_run, counted_step
+        try:
+            result = evaluate(env, runner, episodes, first_seed, execute)
+        finally:
+            del runner.run, env.step
+        assert counts["requests"] == -(-counts["steps"] // execute)  # a chunk every `execute` ticks of the episode
+        return result
+    monkeypatch.setattr(vla, "evaluate", evaluate_noting_the_serving)
+    for other, figure in ((["--noise-scale", "0.5"], (0.5, 5)), (["--execute", "1"], (1.0, 1))):
+        served.clear()
+        monkeypatch.setattr(sys, "argv", [*argv, *other])  # the saved policy, served otherwise
+        vla.main()
+        assert served == [figure, figure, (1.0, 5), (1.0, 5)]  # the figure's two evaluations, then the defaults'
+        result = json.loads((tmp_path / "vla.json").read_text())
+        assert result["bc"][0]["loaded"]
+        assert (result["settings"]["policy"]["noise_scale"], result["settings"]["execute_horizon"]) == figure
+        # the same episodes served as by default, beside the figure
+        assert set(result["runs"][0]["baseline"]) == {"trained_instructions", "paraphrases"}
+        assert (result["baseline"]["noise_scale"], result["baseline"]["execute_horizon"]) == (1.0, 5)
+        assert result["baseline"]["trained_instructions"]["per_policy"] == [
+            result["runs"][0]["baseline"]["trained_instructions"]["success"]]
     monkeypatch.setattr(sys, "argv", [*argv, "--bc-steps", "6000", "--policies", "2"])  # policy 1 must be trained
     with pytest.raises(SystemExit, match=r"--workdir's .*policy-0.* differs in bc_steps 12000 \(this run's: 6000\)"):
         vla.main()
