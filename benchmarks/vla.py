@@ -423,10 +423,10 @@ def main() -> None:
               f"{trained['success']:.2f} {trained['per_colour']}, paraphrases {paraphrased['success']:.2f} "
               f"{paraphrased['per_colour']} ({results[-1]['eval_seconds']:.0f} s)", flush=True)
         if base:
-            baseline = base["baseline"]
+            default = base["baseline"]
             print(f"policy {seed} served as by default (noise scale 1, {EXECUTE} actions executed): success "
-                  f"{baseline['trained_instructions']['success']:.2f}, paraphrases "
-                  f"{baseline['paraphrases']['success']:.2f}", flush=True)
+                  f"{default['trained_instructions']['success']:.2f}, paraphrases "
+                  f"{default['paraphrases']['success']:.2f}", flush=True)
     latency = inference_ms(policies[0], env, args.rtt_requests, args.eval_seed)
     print(f"inference through the server: {latency}", flush=True)
     env.close()
