@@ -17,6 +17,9 @@ from the front and wrist cameras, 64 px, without shadows), domain randomisation 
    to ``--workdir``/policy-<i> (a robolearn checkpoint and ``bc.json``, what it was trained from). A policy that
    ``--workdir`` already holds is loaded instead of trained when its ``bc.json`` names this run's settings (a run that
    stopped goes on where it was; with all policies saved no demos are recorded), and refused when it names others.
+   With ``--refine-steps`` N each is then refined by a second BC phase (``refine``: N more steps on the same demos
+   from a fresh optimiser at ``--refine-lr``, a warm restart of the cosine schedule), saved beside it under refined/;
+   the refined policy gives the figures, the policy before it the ``baseline``.
    While a policy trains, its BC loss on ``--validation-demos`` demos it never trains on (seeds from 60000, recorded
    as the training demos are) is logged at every tenth of the steps (``bc[i].held_out_loss`` and
    ``bc[i].held_out_demo_seeds`` in the results; a loaded policy's are its own run's): where BC starts to overfit.
@@ -28,9 +31,9 @@ from the front and wrist cameras, 64 px, without shadows), domain randomisation 
    ``vla_success`` (median over policies, per colour too), then the same seeds with PARAPHRASES, 12 per colour,
    none of them in the training data (other verbs, nouns, and colour words such as "crimson" or "navy"):
    ``vla_paraphrase_success``. The VLA samples with ``--noise-scale`` (``policy.noise_scale``, the start noise's
-   standard deviation, 1 by default). With another scale or another ``--execute`` each policy is then evaluated
-   again on the same episodes as the defaults serve it, noise scale 1 (what training saw) and 5 actions executed
-   (``baseline``: the same figures side by side).
+   standard deviation, 1 by default). With another scale, another ``--execute`` or ``--refine-steps`` each policy is
+   then evaluated again on the same episodes as the defaults train and serve it: not refined, noise scale 1 (what
+   training saw), 5 actions executed (``baseline``: the same figures side by side).
 3. ``vla_inference_ms``: one policy behind the real policy server (``inference.server.PolicyServer``) over zmq,
    ``--rtt-requests`` requests from 1 robot and then from 4 robots at once (one batch of 4), p50 / p99 of the
    round trip seen by the robots' clients.
@@ -46,6 +49,7 @@ clients in one thread of this process.
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
 import sys
@@ -111,6 +115,10 @@ WRIST_SHIFT_PAD = 4                               # the wrist camera's random sh
 CAMERA_FEATURES, FUSE_DIMS = 128, [512]           # policy.camera_features and policy.fuse_dims (--camera-features,
                                                   # --fuse-dims): twice the policy's defaults (64, [256]): success
                                                   # 0.72 against 0.60, paraphrases 0.57 against 0.48 (BENCHMARKS.md)
+REFINE_STEPS, REFINE_LR = 0, 3e-4                 # --refine-steps, --refine-lr: a second BC phase (0: none);
+                                                  # 4,000 steps at 3e-4 lifted a width-256 policy 0.65 -> 0.72 on
+                                                  # development seeds (BENCHMARKS.md)
+REFINE_SEED = 1000                                # + the policy's seed: the refinement's batch order
 NOISE_SCALE = 1.0                                 # policy.noise_scale (--noise-scale), the start noise's standard
                                                   # deviation at inference: 0.5, better on development seeds, was
                                                   # worse on the held-out ones (0.64 against 0.72; BENCHMARKS.md)
@@ -203,6 +211,29 @@ def behaviour_clone(env: PickCubeEnv, data: ChunkDataset, config: VLAPolicyConfi
                                                                 for step, loss in history.validation]}
     return policy, {"seed": seed, "final_loss": round(float(np.mean(history.losses[-100:])), 4), **held_out,
                     "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def refine(policy: VLAPolicy, data: ChunkDataset, seed: int, steps: int, lr: float, batch_size: int,
+           validation: Validation | None = None) -> tuple[VLAPolicy, dict]:
+    """A copy of ``policy`` trained ``steps`` more BC steps on the same ``data`` from a fresh optimiser at ``lr``
+    (lower than BC's first phase, cosine again: a warm restart), its batch order from ``REFINE_SEED + seed``;
+    ``policy`` is left as it was. Its loss and time (and held-out demo loss, with ``validation``) as
+    ``behaviour_clone`` records them."""
+    refined = copy.deepcopy(policy)
+    t0 = time.perf_counter()
+    history = train_bc(refined, data, steps, batch_size=batch_size, lr=lr, seed=REFINE_SEED + seed,
+                       log_every=max(1, steps // 4), validation=validation)
+    held_out = {} if validation is None else {"held_out_loss": [[step, round(loss, 4)]
+                                                                for step, loss in history.validation]}
+    return refined, {"seed": REFINE_SEED + seed, "steps": steps, "lr": lr,
+                     "final_loss": round(float(np.mean(history.losses[-100:])), 4), **held_out,
+                     "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def refined_settings(settings: dict, steps: int, lr: float) -> dict:
+    """A refined policy's settings: its BC start's ``bc_settings`` and the refinement (saved beside it as its
+    bc.json, under the BC start's folder, refined/)."""
+    return {**settings, "refine": {"steps": steps, "lr": lr}}
 
 
 def bc_settings(config: VLAPolicyConfig, seed: int, demos: int, perturb: Perturbation, steps: int,
@@ -353,6 +384,11 @@ def main() -> None:
     ap.add_argument("--execute", type=int, default=EXECUTE,
                     help=f"actions executed of each {H}-action chunk before the next is computed (1: a new chunk every "
                     f"tick; each policy is also evaluated as the defaults serve it unless this is {EXECUTE})")
+    ap.add_argument("--refine-steps", type=int, default=REFINE_STEPS,
+                    help="a second BC phase: this many more steps on the same demos from a fresh optimiser at "
+                    "--refine-lr, evaluated as the figure, and the policy before it beside it on the same episodes "
+                    "('baseline'); 0: none")
+    ap.add_argument("--refine-lr", type=float, default=REFINE_LR, help="the second BC phase's learning rate")
     ap.add_argument("--scene", choices=["cameras", "state"], default="cameras",
                     help="where the cubes' poses come from: the cameras alone, or the state too (task.scene_state)")
     ap.add_argument("--workdir", type=Path, default=None, help="where each policy is saved, policy-<seed>/ "
@@ -366,6 +402,8 @@ def main() -> None:
                  f"below the training demos' {DEMO_SEED}), got {args.validation_demos}")
     if not 1 <= args.execute <= H:
         ap.error(f"--execute must be in 1..{H} (the chunk's actions), got {args.execute}")
+    if args.refine_steps < 0 or args.refine_lr <= 0:
+        ap.error(f"--refine-steps must be >= 0 and --refine-lr > 0, got {args.refine_steps} and {args.refine_lr}")
     if args.policies < 3 and args.eval_seed == EVAL_SEED:
         ap.error("--policies must be >= 3 for the figures (medians over policies)")
     torch.set_num_threads(2)
@@ -380,11 +418,21 @@ def main() -> None:
     def settings_of(seed: int) -> dict:
         return bc_settings(config, seed, args.demos, perturb, args.bc_steps, args.batch_size, args.scene)
 
+    def refined_of(seed: int) -> dict:
+        return refined_settings(settings_of(seed), args.refine_steps, args.refine_lr)
+
+    def refined_folder(seed: int) -> Path:
+        return workdir / f"policy-{seed}" / "refined"
+
     # a policy that --workdir already holds, trained with this run's settings, is evaluated as saved (a run that
     # stopped part-way goes on from its last saved policy); one trained otherwise stops the run before any work
     saved = {seed: load_policy(env, config, path, settings_of(seed), "--workdir's") for seed in range(args.policies)
              if (path := workdir / f"policy-{seed}" / "checkpoints" / "latest.pt").is_file()}
-    data = record_demos(env, args.demos, perturb) if len(saved) < args.policies else None
+    refined_saved = {seed: load_policy(env, config, path, refined_of(seed), "--workdir's")
+                     for seed in range(args.policies) if args.refine_steps > 0
+                     and (path := refined_folder(seed) / "checkpoints" / "latest.pt").is_file()}
+    trains = len(saved) < args.policies or (args.refine_steps > 0 and len(refined_saved) < args.policies)
+    data = record_demos(env, args.demos, perturb) if trains else None
     if data is not None:
         said = {bytes(row).split(b"\0")[0].decode() for row in data.observations["instruction"]}
         heard = {p for ps in PARAPHRASES.values() for p in ps} & said
@@ -394,7 +442,8 @@ def main() -> None:
     validation_seeds = f"{VALIDATION_SEED}..{VALIDATION_SEED + args.validation_demos - 1}"
     paraphrase_env = make_env(PARAPHRASES, args.scene == "state")
     results, bc, policies = [], [], []
-    served_otherwise = args.noise_scale != 1.0 or args.execute != EXECUTE  # than the defaults serve a policy
+    # than the defaults train and serve a policy: then the BC policy as they serve it is the baseline
+    served_otherwise = args.noise_scale != 1.0 or args.execute != EXECUTE or args.refine_steps > 0
     for seed in range(args.policies):
         if seed in saved:
             policy, record = saved[seed]
@@ -404,6 +453,18 @@ def main() -> None:
             if validation is not None:  # a loaded policy's record says what its own run scored
                 record["held_out_demo_seeds"] = validation_seeds
             _, record = save_policy(workdir / f"policy-{seed}", policy, settings_of(seed), record)
+        bc_policy = policy
+        if args.refine_steps and seed in refined_saved:
+            policy, refinement = refined_saved[seed]
+            print(f"policy {seed}: refined, loaded from {refinement['checkpoint']}", flush=True)
+        elif args.refine_steps:
+            policy, refinement = refine(bc_policy, data, seed, args.refine_steps, args.refine_lr, args.batch_size,
+                                        validation)
+            if validation is not None:
+                refinement["held_out_demo_seeds"] = validation_seeds
+            _, refinement = save_policy(refined_folder(seed), policy, refined_of(seed), refinement)
+        if args.refine_steps:
+            record = {**record, "refined": refinement}
         bc.append(record)
         runner = ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim)
         t1 = time.perf_counter()
@@ -412,19 +473,21 @@ def main() -> None:
         eval_seconds = round(time.perf_counter() - t1, 1)
         base = {}
         if served_otherwise:  # the same policy and episodes as the defaults serve it, side by side
-            with sampling_at(policy, 1.0):
+            default_runner = ChunkPolicyRunner(bc_policy, env.observation_spec, env.action_spec.dim)
+            with sampling_at(bc_policy, 1.0):
                 base = {"baseline": {
-                    "trained_instructions": evaluate(env, runner, args.episodes, args.eval_seed),
-                    "paraphrases": evaluate(paraphrase_env, runner, args.episodes, args.eval_seed)}}
+                    "trained_instructions": evaluate(env, default_runner, args.episodes, args.eval_seed),
+                    "paraphrases": evaluate(paraphrase_env, default_runner, args.episodes, args.eval_seed)}}
         results.append({"seed": seed, "trained_instructions": trained, "paraphrases": paraphrased, **base,
                         "eval_seconds": eval_seconds})  # the figure's two evaluations, without the baseline's
         policies.append(policy)
-        print(f"policy {seed}: bc loss {bc[-1]['final_loss']} ({bc[-1]['seconds']:.0f} s); success "
+        refined_loss = f", refined {record['refined']['final_loss']}" if args.refine_steps else ""
+        print(f"policy {seed}: bc loss {bc[-1]['final_loss']}{refined_loss} ({bc[-1]['seconds']:.0f} s); success "
               f"{trained['success']:.2f} {trained['per_colour']}, paraphrases {paraphrased['success']:.2f} "
               f"{paraphrased['per_colour']} ({results[-1]['eval_seconds']:.0f} s)", flush=True)
         if base:
             default = base["baseline"]
-            print(f"policy {seed} served as by default (noise scale 1, {EXECUTE} actions executed): success "
+            print(f"policy {seed} as by default (not refined, noise scale 1, {EXECUTE} actions executed): success "
                   f"{default['trained_instructions']['success']:.2f}, paraphrases "
                   f"{default['paraphrases']['success']:.2f}", flush=True)
     latency = inference_ms(policies[0], env, args.rtt_requests, args.eval_seed)
@@ -440,7 +503,7 @@ def main() -> None:
                   for c in COLOURS}
     para_colour = {c: over_policies([r["paraphrases"]["per_colour"][c] or 0.0 for r in results]) for c in COLOURS}
     baseline = {} if not served_otherwise else {"baseline": {  # the same medians served as by default
-        "noise_scale": 1.0, "execute_horizon": EXECUTE,
+        "noise_scale": 1.0, "execute_horizon": EXECUTE, "refine_steps": 0,
         **{key: over_policies([r["baseline"][key]["success"] for r in results])
            for key in ("trained_instructions", "paraphrases")}}}
     command = run_command(ap, args, "bench-vla", "vla.py")
@@ -455,6 +518,7 @@ def main() -> None:
                         parameters=sum(p.numel() for p in policies[0].parameters()),
                         settings={**{k: v for k, v in settings_of(0).items() if k != "seed"},
                                   "execute_horizon": args.execute,
+                                  **({"refine": refined_of(0)["refine"]} if args.refine_steps else {}),
                                   "eval_seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}",
                                   "camera_size": CAMERA_SIZE, "train_templates": TRAIN_TEMPLATES,
                                   "paraphrases": PARAPHRASES, "threads": 2})

@@ -218,3 +218,54 @@ def test_the_gain_is_measured_over_the_best_way_of_serving_the_bc_start():
     assert {k: v["success"] for k, v in starts.items()} == {"noise scale 1.0": 0.45, "noise scale 0.5": 0.52,
                                                             "zero noise": 0.44}
     assert baseline == 0.52 and policy.config is config
+
+
+def test_bench_vla_refines_each_policy_and_evaluates_the_one_before_it_beside_it(tmp_path, monkeypatch):
+    """--refine-steps: each BC policy is refined on the run's demos (its own weights left as they were), the refined
+    one saved under refined/ with its settings and evaluated for the figures, the BC policy as the defaults serve it
+    on the same episodes as the baseline; a second run loads the refined policy and records no demo; a refinement
+    saved with other settings stops the run."""
+    import vla
+    env = make_env({c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}, scene_state=False)
+    config = policy_config()
+    torch.manual_seed(0)
+    policy = VLAPolicy(env.observation_spec, env.action_spec, config)
+    env.close()
+    bc_weights = {k: v.clone() for k, v in policy.state_dict().items()}
+    save_policy(tmp_path / "policy-0", policy, bc_settings(config, 0, 2, PERTURB, BC_STEPS, 128),
+                {"seed": 0, "final_loss": 0.5, "seconds": 1.0})
+    evaluated, evaluate = [], vla.evaluate
+
+    def evaluate_noting_the_policy(env, runner, episodes, first_seed, execute=vla.EXECUTE):
+        evaluated.append(runner.policy)
+        return evaluate(env, runner, episodes, first_seed, execute)
+    monkeypatch.setattr(vla, "evaluate", evaluate_noting_the_policy)
+    argv = ["vla.py", "--policies", "1", "--episodes", "1", "--rtt-requests", "2", "--eval-seed", "50000",
+            "--demos", "2", "--validation-demos", "0", "--refine-steps", "2", "--workdir", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", argv)
+    vla.main()
+    refined_ckpt = tmp_path / "policy-0" / "refined" / "checkpoints" / "latest.pt"
+    refined_weights = load_checkpoint(refined_ckpt).policy_weights
+    figure, _, before, _ = evaluated
+    assert evaluated == [figure, figure, before, before] and figure is not before
+    assert all(torch.equal(before.state_dict()[k], w) for k, w in bc_weights.items())  # the BC policy as saved
+    assert all(torch.equal(figure.state_dict()[k], w) for k, w in refined_weights.items())  # the refined one
+    assert not all(torch.equal(refined_weights[k], w) for k, w in bc_weights.items())  # which the steps changed
+    saved = json.loads((refined_ckpt.parents[1] / "bc.json").read_text())
+    assert saved["settings"]["refine"] == {"steps": 2, "lr": vla.REFINE_LR}
+    result = json.loads((tmp_path / "vla.json").read_text())
+    assert result["settings"]["refine"] == {"steps": 2, "lr": vla.REFINE_LR}
+    assert result["bc"][0]["refined"]["steps"] == 2 and not result["bc"][0]["refined"]["loaded"]
+    assert result["bc"][0]["loaded"] and result["baseline"]["refine_steps"] == 0
+
+    def never(*args, **kwargs):
+        raise AssertionError("recorded demos or refined a policy that --workdir holds refined")
+    monkeypatch.setattr(vla, "record_demos", never)
+    monkeypatch.setattr(vla, "refine", never)
+    evaluated.clear()
+    vla.main()
+    assert json.loads((tmp_path / "vla.json").read_text())["bc"][0]["refined"]["loaded"]
+    assert all(torch.equal(evaluated[0].state_dict()[k], w) for k, w in refined_weights.items())
+    monkeypatch.setattr(sys, "argv", [*argv, "--refine-lr", "1e-4"])
+    with pytest.raises(SystemExit, match=r"refined.* differs in refine.lr 0.0003 \(this run's: 0.0001\)"):
+        vla.main()
