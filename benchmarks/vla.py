@@ -19,10 +19,12 @@ from the front and wrist cameras, 64 px, without shadows), domain randomisation 
    stopped goes on where it was; with all policies saved no demos are recorded), and refused when it names others.
    With ``--refine-steps`` N each is then refined by a second BC phase (``refine``: N more steps on the same demos
    from a fresh optimiser at ``--refine-lr``, a warm restart of the cosine schedule), saved beside it under refined/;
-   the refined policy gives the figures, the policy before it the ``baseline``.
+   the refined policy gives the figures, the policy before it the ``baseline`` (which has had fewer steps: the
+   comparison is N more steps at the lower rate against none, not against as many steps in one phase).
    While a policy trains, its BC loss on ``--validation-demos`` demos it never trains on (seeds from 60000, recorded
    as the training demos are) is logged at every tenth of the steps (``bc[i].held_out_loss`` and
-   ``bc[i].held_out_demo_seeds`` in the results; a loaded policy's are its own run's): where BC starts to overfit.
+   ``bc[i].held_out_demo_seeds`` in the results, ``bc[i].refined.held_out_loss`` at every quarter of a
+   refinement's steps; a loaded policy's are its own run's): where BC starts to overfit.
    Scoring them leaves the training as it would be without them.
 2. Each policy runs ``--episodes`` evaluation episodes on seeds from 910000 (never used while developing: that was
    seeds 50000..50199; the range was 900000 until a development policy was evaluated on it once) through the
@@ -40,17 +42,17 @@ from the front and wrist cameras, 64 px, without shadows), domain randomisation 
 
 Goals (issue 18): ``vla_success`` >= 0.8, ``vla_paraphrase_success`` >= 0.7 (medians over policies).
 ``dsrl_success_gain`` is measured by ``make bench-vla-dsrl`` (``benchmarks/vla_dsrl.py``), from this benchmark's policy
-0 (trained again there, or its saved checkpoint with ``--base``). Of the 36 paraphrases, 14 keep the trained colour
-word and change the rest; the others use another word for the colour. ``vla_inference_ms``: each sample is one round,
-from the first robot's submit until every robot has its chunk (with 4 robots: the slowest of the 4), the server and the
-clients in one thread of this process.
+0 as BC trains it (trained again there, or its saved checkpoint with ``--base``; not refined). Of the 36 paraphrases,
+14 keep the trained colour word and change the rest; the others use another word for the colour.
+``vla_inference_ms``: each sample is one round, from the first robot's submit until every robot has its chunk (with 4
+robots: the slowest of the 4), the server and the clients in one thread of this process.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
+import hashlib
 import json
 import sys
 import tempfile
@@ -213,13 +215,14 @@ def behaviour_clone(env: PickCubeEnv, data: ChunkDataset, config: VLAPolicyConfi
                     "seconds": round(time.perf_counter() - t0, 1)}
 
 
-def refine(policy: VLAPolicy, data: ChunkDataset, seed: int, steps: int, lr: float, batch_size: int,
-           validation: Validation | None = None) -> tuple[VLAPolicy, dict]:
+def refine(env: PickCubeEnv, policy: VLAPolicy, data: ChunkDataset, seed: int, steps: int, lr: float,
+           batch_size: int, validation: Validation | None = None) -> tuple[VLAPolicy, dict]:
     """A copy of ``policy`` trained ``steps`` more BC steps on the same ``data`` from a fresh optimiser at ``lr``
     (lower than BC's first phase, cosine again: a warm restart), its batch order from ``REFINE_SEED + seed``;
-    ``policy`` is left as it was. Its loss and time (and held-out demo loss, with ``validation``) as
-    ``behaviour_clone`` records them."""
-    refined = copy.deepcopy(policy)
+    ``policy`` is left as it was. Its loss and time (and held-out demo loss at every quarter of the steps, with
+    ``validation``) as ``behaviour_clone`` records them."""
+    refined = VLAPolicy(env.observation_spec, env.action_spec, policy.config)  # shares the frozen text tables
+    refined.load_state_dict(policy.state_dict())
     t0 = time.perf_counter()
     history = train_bc(refined, data, steps, batch_size=batch_size, lr=lr, seed=REFINE_SEED + seed,
                        log_every=max(1, steps // 4), validation=validation)
@@ -230,10 +233,12 @@ def refine(policy: VLAPolicy, data: ChunkDataset, seed: int, steps: int, lr: flo
                      "seconds": round(time.perf_counter() - t0, 1)}
 
 
-def refined_settings(settings: dict, steps: int, lr: float) -> dict:
-    """A refined policy's settings: its BC start's ``bc_settings`` and the refinement (saved beside it as its
-    bc.json, under the BC start's folder, refined/)."""
-    return {**settings, "refine": {"steps": steps, "lr": lr}}
+def refined_settings(settings: dict, start: Path, steps: int, lr: float) -> dict:
+    """A refined policy's settings (saved as its bc.json under its BC start's folder, refined/): the start's
+    ``bc_settings``, the refinement, and the sha256 of the ``start`` checkpoint it was refined from (a start trained
+    again is another start)."""
+    return {**settings, "refine": {"steps": steps, "lr": lr,
+                                   "start_sha256": hashlib.sha256(start.read_bytes()).hexdigest()}}
 
 
 def bc_settings(config: VLAPolicyConfig, seed: int, demos: int, perturb: Perturbation, steps: int,
@@ -279,7 +284,8 @@ def sampling_at(policy: VLAPolicy, noise_scale: float) -> Iterator[VLAPolicy]:
 def saved_bc(checkpoint: Path, expected: dict, role: str) -> dict:
     """The ``bc.json`` that ``save_policy`` wrote beside ``checkpoint``; SystemExit naming it when there is none, or
     naming each setting in which it differs from ``expected`` (the ``bc_settings`` this run would train with; the
-    INFERENCE_ONLY ones are not compared). ``role`` says where the checkpoint came from ("--base")."""
+    INFERENCE_ONLY ones are not compared), or a setting ``expected`` does not have (a refined policy, where the
+    BC policy is expected). ``role`` says where the checkpoint came from ("--base")."""
     path = checkpoint.parent.parent / "bc.json"
     if not path.is_file():
         raise SystemExit(f"{role} {checkpoint}: no {path} saying what the policy was trained from (bench-vla "
@@ -290,8 +296,10 @@ def saved_bc(checkpoint: Path, expected: dict, role: str) -> dict:
         return {f"{k}.{sub}" if isinstance(v, dict) else k: w for k, v in settings.items()
                 for sub, w in (v.items() if isinstance(v, dict) else [(None, v)])}
     had = flat({**saved["settings"], "policy": recorded_policy(saved["settings"]["policy"])})
-    differs = [f"{k} {had.get(k)!r} (this run's: {v!r})" for k, v in flat(expected).items()
+    wanted = flat(expected)
+    differs = [f"{k} {had.get(k)!r} (this run's: {v!r})" for k, v in wanted.items()
                if k not in INFERENCE_ONLY and had.get(k) != v]
+    differs += [f"{k} {v!r} (this run's: none)" for k, v in had.items() if k not in wanted]
     if differs:
         raise SystemExit(f"{role} {checkpoint} is not the policy this run would train; it differs in "
                          + "; ".join(differs))
@@ -380,10 +388,12 @@ def main() -> None:
                     help="policy.fuse_dims: the trunk's fusing MLP (the policy's default: 256)")
     ap.add_argument("--noise-scale", type=float, default=NOISE_SCALE,
                     help="policy.noise_scale: the start noise's standard deviation at inference (1: what training "
-                    "saw; each policy is also evaluated as the defaults serve it unless this is 1)")
+                    "saw; each policy is also evaluated as the defaults train and serve it unless this is 1 and "
+                    "the other defaults hold)")
     ap.add_argument("--execute", type=int, default=EXECUTE,
                     help=f"actions executed of each {H}-action chunk before the next is computed (1: a new chunk every "
-                    f"tick; each policy is also evaluated as the defaults serve it unless this is {EXECUTE})")
+                    f"tick; each policy is also evaluated as the defaults train and serve it unless this is "
+                    f"{EXECUTE} and the other defaults hold)")
     ap.add_argument("--refine-steps", type=int, default=REFINE_STEPS,
                     help="a second BC phase: this many more steps on the same demos from a fresh optimiser at "
                     "--refine-lr, evaluated as the figure, and the policy before it beside it on the same episodes "
@@ -392,7 +402,8 @@ def main() -> None:
     ap.add_argument("--scene", choices=["cameras", "state"], default="cameras",
                     help="where the cubes' poses come from: the cameras alone, or the state too (task.scene_state)")
     ap.add_argument("--workdir", type=Path, default=None, help="where each policy is saved, policy-<seed>/ "
-                    "(default: a new temporary folder); bench-vla-dsrl --base takes policy-0/checkpoints/latest.pt")
+                    "(default: a new temporary folder); bench-vla-dsrl --base takes policy-0/checkpoints/latest.pt, "
+                    "the BC policy (never a refined one: --refine-steps saves those under policy-<seed>/refined/)")
     args = ap.parse_args()
     if args.colour_words and args.text_encoder != "word_vectors":
         ap.error(f"--text-encoder {args.text_encoder} reads word pieces, and colour words are whole words: add "
@@ -418,19 +429,21 @@ def main() -> None:
     def settings_of(seed: int) -> dict:
         return bc_settings(config, seed, args.demos, perturb, args.bc_steps, args.batch_size, args.scene)
 
-    def refined_of(seed: int) -> dict:
-        return refined_settings(settings_of(seed), args.refine_steps, args.refine_lr)
+    def bc_folder(seed: int) -> Path:
+        return workdir / f"policy-{seed}"
 
-    def refined_folder(seed: int) -> Path:
-        return workdir / f"policy-{seed}" / "refined"
+    def refined_of(seed: int) -> dict:  # once policy seed's BC checkpoint is saved
+        return refined_settings(settings_of(seed), bc_folder(seed) / "checkpoints" / "latest.pt", args.refine_steps,
+                                args.refine_lr)
 
     # a policy that --workdir already holds, trained with this run's settings, is evaluated as saved (a run that
     # stopped part-way goes on from its last saved policy); one trained otherwise stops the run before any work
     saved = {seed: load_policy(env, config, path, settings_of(seed), "--workdir's") for seed in range(args.policies)
-             if (path := workdir / f"policy-{seed}" / "checkpoints" / "latest.pt").is_file()}
+             if (path := bc_folder(seed) / "checkpoints" / "latest.pt").is_file()}
+    # a refinement is loaded only with its BC start (one left from a start not saved is replaced when it is refined)
     refined_saved = {seed: load_policy(env, config, path, refined_of(seed), "--workdir's")
-                     for seed in range(args.policies) if args.refine_steps > 0
-                     and (path := refined_folder(seed) / "checkpoints" / "latest.pt").is_file()}
+                     for seed in saved if args.refine_steps > 0
+                     and (path := bc_folder(seed) / "refined" / "checkpoints" / "latest.pt").is_file()}
     trains = len(saved) < args.policies or (args.refine_steps > 0 and len(refined_saved) < args.policies)
     data = record_demos(env, args.demos, perturb) if trains else None
     if data is not None:
@@ -452,17 +465,17 @@ def main() -> None:
             policy, record = behaviour_clone(env, data, config, seed, args.bc_steps, args.batch_size, validation)
             if validation is not None:  # a loaded policy's record says what its own run scored
                 record["held_out_demo_seeds"] = validation_seeds
-            _, record = save_policy(workdir / f"policy-{seed}", policy, settings_of(seed), record)
+            _, record = save_policy(bc_folder(seed), policy, settings_of(seed), record)
         bc_policy = policy
         if args.refine_steps and seed in refined_saved:
             policy, refinement = refined_saved[seed]
             print(f"policy {seed}: refined, loaded from {refinement['checkpoint']}", flush=True)
         elif args.refine_steps:
-            policy, refinement = refine(bc_policy, data, seed, args.refine_steps, args.refine_lr, args.batch_size,
-                                        validation)
+            policy, refinement = refine(env, bc_policy, data, seed, args.refine_steps, args.refine_lr,
+                                        args.batch_size, validation)
             if validation is not None:
                 refinement["held_out_demo_seeds"] = validation_seeds
-            _, refinement = save_policy(refined_folder(seed), policy, refined_of(seed), refinement)
+            _, refinement = save_policy(bc_folder(seed) / "refined", policy, refined_of(seed), refinement)
         if args.refine_steps:
             record = {**record, "refined": refinement}
         bc.append(record)

@@ -3,6 +3,7 @@ taken only with the settings the run would train them with (benchmarks/vla.py ``
 reach the shipped CLI run's ``policy.base`` through its overrides (vla_dsrl.py ``base_overrides``), so the run's
 frozen VLA is the network the checkpoint's weights fit."""
 
+import hashlib
 import json
 import sys
 from dataclasses import replace
@@ -220,52 +221,66 @@ def test_the_gain_is_measured_over_the_best_way_of_serving_the_bc_start():
     assert baseline == 0.52 and policy.config is config
 
 
+
+def same(policy: torch.nn.Module, weights: dict) -> bool:
+    return all(torch.equal(policy.state_dict()[k], w) for k, w in weights.items())
+
+
 def test_bench_vla_refines_each_policy_and_evaluates_the_one_before_it_beside_it(tmp_path, monkeypatch):
-    """--refine-steps: each BC policy is refined on the run's demos (its own weights left as they were), the refined
-    one saved under refined/ with its settings and evaluated for the figures, the BC policy as the defaults serve it
-    on the same episodes as the baseline; a second run loads the refined policy and records no demo; a refinement
-    saved with other settings stops the run."""
+    """--refine-steps: each BC policy is refined on the run's demos (its own weights left as saved), the refined one
+    saved under refined/ with its settings and its start's hash, and evaluated for the figures; the BC policy, served
+    as the defaults serve it, on the same episodes is the baseline. A second run loads both and records no demo; a
+    refinement saved with other settings, or from another start, stops the run; bench-vla-dsrl's --base refuses a
+    refined policy as its BC start."""
     import vla
-    env = make_env({c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}, scene_state=False)
-    config = policy_config()
-    torch.manual_seed(0)
-    policy = VLAPolicy(env.observation_spec, env.action_spec, config)
-    env.close()
-    bc_weights = {k: v.clone() for k, v in policy.state_dict().items()}
-    save_policy(tmp_path / "policy-0", policy, bc_settings(config, 0, 2, PERTURB, BC_STEPS, 128),
-                {"seed": 0, "final_loss": 0.5, "seconds": 1.0})
     evaluated, evaluate = [], vla.evaluate
 
-    def evaluate_noting_the_policy(env, runner, episodes, first_seed, execute=vla.EXECUTE):
-        evaluated.append(runner.policy)
+    def evaluate_noting_the_serving(env, runner, episodes, first_seed, execute=vla.EXECUTE):
+        evaluated.append((runner.policy, runner.policy.config.noise_scale, execute, first_seed))
         return evaluate(env, runner, episodes, first_seed, execute)
-    monkeypatch.setattr(vla, "evaluate", evaluate_noting_the_policy)
+    monkeypatch.setattr(vla, "evaluate", evaluate_noting_the_serving)
     argv = ["vla.py", "--policies", "1", "--episodes", "1", "--rtt-requests", "2", "--eval-seed", "50000",
-            "--demos", "2", "--validation-demos", "0", "--refine-steps", "2", "--workdir", str(tmp_path)]
+            "--demos", "2", "--validation-demos", "1", "--bc-steps", "2", "--refine-steps", "2",
+            "--noise-scale", "0.5", "--execute", "3", "--workdir", str(tmp_path)]
     monkeypatch.setattr(sys, "argv", argv)
-    vla.main()
+    vla.main()  # trains policy 0, then refines it
+    bc_ckpt = tmp_path / "policy-0" / "checkpoints" / "latest.pt"
     refined_ckpt = tmp_path / "policy-0" / "refined" / "checkpoints" / "latest.pt"
+    figure, before = evaluated[0][0], evaluated[-1][0]
+    assert evaluated == [(figure, 0.5, 3, 50000)] * 2 + [(before, 1.0, 5, 50000)] * 2 and figure is not before
+    bc_weights = load_checkpoint(bc_ckpt).policy_weights
     refined_weights = load_checkpoint(refined_ckpt).policy_weights
-    figure, _, before, _ = evaluated
-    assert evaluated == [figure, figure, before, before] and figure is not before
-    assert all(torch.equal(before.state_dict()[k], w) for k, w in bc_weights.items())  # the BC policy as saved
-    assert all(torch.equal(figure.state_dict()[k], w) for k, w in refined_weights.items())  # the refined one
-    assert not all(torch.equal(refined_weights[k], w) for k, w in bc_weights.items())  # which the steps changed
-    saved = json.loads((refined_ckpt.parents[1] / "bc.json").read_text())
-    assert saved["settings"]["refine"] == {"steps": 2, "lr": vla.REFINE_LR}
+    assert same(before, bc_weights) and same(figure, refined_weights)  # the BC policy as saved before refining
+    assert not same(figure, bc_weights)  # which the refinement's steps changed
     result = json.loads((tmp_path / "vla.json").read_text())
-    assert result["settings"]["refine"] == {"steps": 2, "lr": vla.REFINE_LR}
-    assert result["bc"][0]["refined"]["steps"] == 2 and not result["bc"][0]["refined"]["loaded"]
-    assert result["bc"][0]["loaded"] and result["baseline"]["refine_steps"] == 0
+    refined = result["bc"][0]["refined"]
+    assert (refined["steps"], refined["loaded"]) == (2, False) and [s for s, _ in refined["held_out_loss"]] == [1, 2]
+    assert result["settings"]["refine"] == {"steps": 2, "lr": vla.REFINE_LR,
+                                            "start_sha256": hashlib.sha256(bc_ckpt.read_bytes()).hexdigest()}
+    assert json.loads((refined_ckpt.parents[1] / "bc.json").read_text())["settings"]["refine"] == \
+        result["settings"]["refine"]
+    assert result["baseline"]["refine_steps"] == 0
 
     def never(*args, **kwargs):
-        raise AssertionError("recorded demos or refined a policy that --workdir holds refined")
-    monkeypatch.setattr(vla, "record_demos", never)
-    monkeypatch.setattr(vla, "refine", never)
+        raise AssertionError("recorded demos, trained or refined a policy that --workdir holds")
+    for name in ("record_demos", "behaviour_clone", "refine"):
+        monkeypatch.setattr(vla, name, never)
     evaluated.clear()
     vla.main()
-    assert json.loads((tmp_path / "vla.json").read_text())["bc"][0]["refined"]["loaded"]
-    assert all(torch.equal(evaluated[0].state_dict()[k], w) for k, w in refined_weights.items())
+    result = json.loads((tmp_path / "vla.json").read_text())
+    assert result["bc"][0]["loaded"] and result["bc"][0]["refined"]["loaded"]
+    assert same(evaluated[0][0], refined_weights) and same(evaluated[-1][0], bc_weights)
     monkeypatch.setattr(sys, "argv", [*argv, "--refine-lr", "1e-4"])
     with pytest.raises(SystemExit, match=r"refined.* differs in refine.lr 0.0003 \(this run's: 0.0001\)"):
+        vla.main()
+    settings = bc_settings(policy_config(), 0, 2, PERTURB, 2, 128)
+    with pytest.raises(SystemExit, match=r"differs in refine.steps 2 \(this run's: none\)"):
+        check_base(refined_ckpt, settings)  # a refined policy is not the BC start bench-vla-dsrl asks for
+    env = make_env({c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}, scene_state=False)
+    torch.manual_seed(1)
+    save_policy(tmp_path / "policy-0", VLAPolicy(env.observation_spec, env.action_spec, policy_config()), settings,
+                {"seed": 0, "final_loss": 0.5, "seconds": 1.0})  # the start trained again: another start
+    env.close()
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit, match=r"refined.* differs in refine.start_sha256"):
         vla.main()
