@@ -75,7 +75,14 @@ from robolearn.inference.client import RemoteClient, SimulatedLatencyClient  # n
 from robolearn.inference.protocol import ChunkRequest  # noqa: E402
 from robolearn.inference.runner import ChunkPolicyRunner  # noqa: E402
 from robolearn.inference.server import PolicyServer  # noqa: E402
-from robolearn.learner.bc import ChunkDataset, Perturbation, Validation, expert_demos, train_bc  # noqa: E402
+from robolearn.learner.bc import (  # noqa: E402
+    BCHistory,
+    ChunkDataset,
+    Perturbation,
+    Validation,
+    expert_demos,
+    train_bc,
+)
 from robolearn.policies.encoders import DRQ_STRIDES  # noqa: E402
 from robolearn.policies.vla import (  # noqa: E402
     CAMERA_ENCODERS,
@@ -209,10 +216,15 @@ def behaviour_clone(env: PickCubeEnv, data: ChunkDataset, config: VLAPolicyConfi
     t0 = time.perf_counter()
     history = train_bc(policy, data, steps, batch_size=batch_size, seed=seed, log_every=max(1, steps // 10),
                        validation=validation)
-    held_out = {} if validation is None else {"held_out_loss": [[step, round(loss, 4)]
-                                                                for step, loss in history.validation]}
-    return policy, {"seed": seed, "final_loss": round(float(np.mean(history.losses[-100:])), 4), **held_out,
-                    "seconds": round(time.perf_counter() - t0, 1)}
+    return policy, {"seed": seed, **phase_record(history, t0, validation is not None)}
+
+
+def phase_record(history: BCHistory, started: float, validated: bool) -> dict:
+    """A BC phase's record: its loss (the mean of its last 100 steps), its held-out demo loss when ``validated``
+    ([step, loss] pairs) and its seconds since ``started``."""
+    held_out = {"held_out_loss": [[step, round(loss, 4)] for step, loss in history.validation]} if validated else {}
+    return {"final_loss": round(float(np.mean(history.losses[-100:])), 4), **held_out,
+            "seconds": round(time.perf_counter() - started, 1)}
 
 
 def refine(env: PickCubeEnv, policy: VLAPolicy, data: ChunkDataset, seed: int, steps: int, lr: float,
@@ -226,11 +238,8 @@ def refine(env: PickCubeEnv, policy: VLAPolicy, data: ChunkDataset, seed: int, s
     t0 = time.perf_counter()
     history = train_bc(refined, data, steps, batch_size=batch_size, lr=lr, seed=REFINE_SEED + seed,
                        log_every=max(1, steps // 4), validation=validation)
-    held_out = {} if validation is None else {"held_out_loss": [[step, round(loss, 4)]
-                                                                for step, loss in history.validation]}
     return refined, {"seed": REFINE_SEED + seed, "steps": steps, "lr": lr,
-                     "final_loss": round(float(np.mean(history.losses[-100:])), 4), **held_out,
-                     "seconds": round(time.perf_counter() - t0, 1)}
+                     **phase_record(history, t0, validation is not None)}
 
 
 def refined_settings(settings: dict, start: Path, steps: int, lr: float) -> dict:
