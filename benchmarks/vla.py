@@ -5,7 +5,8 @@ never seen in training, and its inference time through the policy server.
 
 Task: ``pick_cube_color`` with ``task.language=true`` (the instruction is an observation, no one-hot) and
 ``task.scene_state=false`` (the state is the arm's joints and grasp point only: where the three cubes are comes
-from the front and wrist cameras, 64 px, without shadows), domain randomisation on (colours, friction, light).
+from the front and wrist cameras, 64 px by default (``--camera-size``), without shadows), domain randomisation on
+(colours, friction, light).
 
 1. The scripted expert records ``--demos`` episodes (seeds from 100000), each with an instruction drawn from
    TRAIN_TEMPLATES ("pick up the red cube", "lift the red cube", ...). In a ``--perturb`` fraction of them a burst
@@ -110,7 +111,8 @@ PARAPHRASES = {  # never in the training data: other words for the colour, the a
 H, EXECUTE = 10, 5  # the chunk's actions, and the --execute default (bench-vla-dsrl's actors execute 5)
 DEMO_SEED, EVAL_SEED = 100_000, 910_000
 VALIDATION_SEED = 60_000  # the held-out demos (--validation-demos): development demos, never trained on here
-CAMERA_SIZE = 64
+CAMERA_SIZE = 64  # both cameras' frames, pixels (--camera-size)
+SAVED_BEFORE = {"camera_size": 64}  # settings a bc.json names since: the value every policy saved before them had
 PERTURB = Perturbation(fraction=1.0, decoy=0.5)  # the demos' bursts and decoys (the --perturb and --decoy defaults)
 DEMOS, BC_STEPS = 1200, 12000                    # the --demos and --bc-steps defaults (bench-vla-dsrl's too):
                                                   # 6,000 steps underfit (0.49 held-out for policy 0), 24,000
@@ -154,13 +156,14 @@ def policy_config(camera_encoder: str = "conv", text_encoder: str = "word_vector
     return config
 
 
-def task_config(instructions: dict[str, list[str]], scene_state: bool) -> PickCubeColorConfig:
+def task_config(instructions: dict[str, list[str]], scene_state: bool,
+                camera_size: int = CAMERA_SIZE) -> PickCubeColorConfig:
     return PickCubeColorConfig(language=True, scene_state=scene_state, cameras=["front", "wrist"],
-                               camera_size=CAMERA_SIZE, camera_shadows=False, instructions=instructions)
+                               camera_size=camera_size, camera_shadows=False, instructions=instructions)
 
 
-def make_env(instructions: dict[str, list[str]], scene_state: bool) -> PickCubeEnv:
-    return PickCubeEnv(task_config(instructions, scene_state))
+def make_env(instructions: dict[str, list[str]], scene_state: bool, camera_size: int = CAMERA_SIZE) -> PickCubeEnv:
+    return PickCubeEnv(task_config(instructions, scene_state, camera_size))
 
 
 def results_folder(eval_seed: int, workdir: Path | None = None) -> Path:
@@ -251,12 +254,13 @@ def refined_settings(settings: dict, start: Path, steps: int, lr: float) -> dict
 
 
 def bc_settings(config: VLAPolicyConfig, seed: int, demos: int, perturb: Perturbation, steps: int,
-                batch_size: int, scene: str = "cameras") -> dict:
+                batch_size: int, scene: str = "cameras", camera_size: int = CAMERA_SIZE) -> dict:
     """What ``behaviour_clone`` trained policy ``seed`` from and how, as JSON values (saved beside its checkpoint as
     ``bc.json``; a policy that bench-vla's ``--workdir`` holds and bench-vla-dsrl's ``--base`` are checked against
     them)."""
     return json.loads(json.dumps({"seed": seed, "demos": demos, "demo_seeds": f"{DEMO_SEED}..{DEMO_SEED + demos - 1}",
-                                  "scene": scene, "perturbation": vars(perturb), "bc_steps": steps,
+                                  "scene": scene, "camera_size": camera_size, "perturbation": vars(perturb),
+                                  "bc_steps": steps,
                                   "batch_size": batch_size, "policy": vars(config)}))
 
 
@@ -304,7 +308,7 @@ def saved_bc(checkpoint: Path, expected: dict, role: str) -> dict:
     def flat(settings: dict) -> dict:  # "policy.camera_strides": ..., so a difference names its field
         return {f"{k}.{sub}" if isinstance(v, dict) else k: w for k, v in settings.items()
                 for sub, w in (v.items() if isinstance(v, dict) else [(None, v)])}
-    had = flat({**saved["settings"], "policy": recorded_policy(saved["settings"]["policy"])})
+    had = flat({**SAVED_BEFORE, **saved["settings"], "policy": recorded_policy(saved["settings"]["policy"])})
     wanted = flat(expected)
     differs = [f"{k} {had.get(k)!r} (this run's: {v!r})" for k, v in wanted.items()
                if k not in INFERENCE_ONLY and had.get(k) != v]
@@ -408,6 +412,8 @@ def main() -> None:
                     "--refine-lr, evaluated as the figure, and the policy before it beside it on the same episodes "
                     "('baseline'); 0: none")
     ap.add_argument("--refine-lr", type=float, default=REFINE_LR, help="the second BC phase's learning rate")
+    ap.add_argument("--camera-size", type=int, default=CAMERA_SIZE,
+                    help="both cameras' frames (task.camera_size), pixels")
     ap.add_argument("--scene", choices=["cameras", "state"], default="cameras",
                     help="where the cubes' poses come from: the cameras alone, or the state too (task.scene_state)")
     ap.add_argument("--workdir", type=Path, default=None, help="where each policy is saved, policy-<seed>/ "
@@ -422,6 +428,8 @@ def main() -> None:
                  f"below the training demos' {DEMO_SEED}), got {args.validation_demos}")
     if not 1 <= args.execute <= H:
         ap.error(f"--execute must be in 1..{H} (the chunk's actions), got {args.execute}")
+    if args.camera_size < 16:
+        ap.error(f"--camera-size must be >= 16 pixels, got {args.camera_size}")
     if args.refine_steps < 0 or args.refine_lr <= 0:
         ap.error(f"--refine-steps must be >= 0 and --refine-lr > 0, got {args.refine_steps} and {args.refine_lr}")
     if args.policies < 3 and args.eval_seed == EVAL_SEED:
@@ -432,11 +440,12 @@ def main() -> None:
     config = policy_config(args.camera_encoder, args.text_encoder, args.camera_strides, args.colour_words,
                            args.wrist_shift_pad, args.camera_features, args.fuse_dims, args.noise_scale)
     train = {c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}
-    env = make_env(train, args.scene == "state")
+    env = make_env(train, args.scene == "state", args.camera_size)
     perturb = Perturbation(fraction=args.perturb, decoy=args.decoy)  # zero fractions perturb nothing, draw nothing
 
     def settings_of(seed: int) -> dict:
-        return bc_settings(config, seed, args.demos, perturb, args.bc_steps, args.batch_size, args.scene)
+        return bc_settings(config, seed, args.demos, perturb, args.bc_steps, args.batch_size, args.scene,
+                           args.camera_size)
 
     def bc_folder(seed: int) -> Path:
         return workdir / f"policy-{seed}"
@@ -462,7 +471,7 @@ def main() -> None:
     validation = Validation(record_demos(env, args.validation_demos, perturb, VALIDATION_SEED)) \
         if data is not None and args.validation_demos else None
     validation_seeds = f"{VALIDATION_SEED}..{VALIDATION_SEED + args.validation_demos - 1}"
-    paraphrase_env = make_env(PARAPHRASES, args.scene == "state")
+    paraphrase_env = make_env(PARAPHRASES, args.scene == "state", args.camera_size)
     results, bc, policies = [], [], []
     # than the defaults train and serve a policy: then the BC policy as they serve it is the baseline
     served_otherwise = args.noise_scale != 1.0 or args.execute != EXECUTE or args.refine_steps > 0
@@ -542,7 +551,7 @@ def main() -> None:
                                   "execute_horizon": args.execute,
                                   **({"refine": refined_of(0)["refine"]} if args.refine_steps else {}),
                                   "eval_seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}",
-                                  "camera_size": CAMERA_SIZE, "train_templates": TRAIN_TEMPLATES,
+                                  "train_templates": TRAIN_TEMPLATES,
                                   "paraphrases": PARAPHRASES, "threads": 2})
     print(f"\nvla_success {success}, vla_paraphrase_success {para} -> {path}")
 

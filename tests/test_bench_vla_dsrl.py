@@ -131,6 +131,12 @@ def test_a_base_is_taken_only_with_the_bc_settings_this_run_would_train(tmp_path
     assert check_base(ckpt, settings)
     with pytest.raises(SystemExit, match=r"camera_shift_pads \{\} \(this run's: \{'wrist': 2\}\)$"):
         check_base(ckpt, wrist_2)
+    # and one written before bc.json named the cameras' size: every policy was trained at 64 px then
+    del before["settings"]["camera_size"]
+    (ckpt.parent.parent / "bc.json").write_text(json.dumps(before))
+    assert check_base(ckpt, settings)
+    with pytest.raises(SystemExit, match=r"camera_size 64 \(this run's: 96\)"):
+        check_base(ckpt, bc_settings(config, 0, DEMOS, PERTURB, BC_STEPS, 128, camera_size=96))
 
 
 def test_bench_vla_evaluates_the_policies_its_workdir_holds_without_recording_demos(tmp_path, monkeypatch):
