@@ -127,8 +127,9 @@ CAMERA_FEATURES, FUSE_DIMS = 128, [512]           # policy.camera_features and p
                                                   # --fuse-dims): twice the policy's defaults (64, [256]): success
                                                   # 0.72 against 0.60, paraphrases 0.57 against 0.48 (BENCHMARKS.md)
 REFINE_STEPS, REFINE_LR = 0, 3e-4                 # --refine-steps, --refine-lr: a second BC phase (0: none);
-                                                  # 4,000 steps at 3e-4 lifted a width-256 policy 0.65 -> 0.72 on
-                                                  # development seeds (BENCHMARKS.md)
+                                                  # 4,000 steps at 3e-4 on development seeds: a width-256 policy
+                                                  # 0.65 -> 0.72, policies 0 and 1 0.74 -> 0.725 and 0.665 -> 0.725
+                                                  # (BENCHMARKS.md): not enough to be the default
 REFINE_SEED = 1000                                # + the policy's seed: the refinement's batch order
 NOISE_SCALE = 1.0                                 # policy.noise_scale (--noise-scale), the start noise's standard
                                                   # deviation at inference: 0.5, better on development seeds, was
