@@ -402,12 +402,12 @@ def main() -> None:
                     help="policy.fuse_dims: the trunk's fusing MLP (the policy's default: 256)")
     ap.add_argument("--noise-scale", type=float, default=NOISE_SCALE,
                     help="policy.noise_scale: the start noise's standard deviation at inference (1: what training "
-                    "saw; each policy is also evaluated as the defaults train and serve it unless this is 1 and "
-                    "the other defaults hold)")
+                    "saw; each policy is also evaluated as the defaults train and serve it unless this is 1, "
+                    f"--execute {EXECUTE} and --refine-steps 0)")
     ap.add_argument("--execute", type=int, default=EXECUTE,
                     help=f"actions executed of each {H}-action chunk before the next is computed (1: a new chunk every "
                     f"tick; each policy is also evaluated as the defaults train and serve it unless this is "
-                    f"{EXECUTE} and the other defaults hold)")
+                    f"{EXECUTE}, --noise-scale 1 and --refine-steps 0)")
     ap.add_argument("--refine-steps", type=int, default=REFINE_STEPS,
                     help="a second BC phase: this many more steps on the same demos from a fresh optimiser at "
                     "--refine-lr, evaluated as the figure, and the policy before it beside it on the same episodes "
