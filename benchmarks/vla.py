@@ -92,6 +92,7 @@ from robolearn.policies.vla import (  # noqa: E402
     VLAPolicy,
     VLAPolicyConfig,
 )
+from robolearn.rundir import RunDir  # noqa: E402
 from robolearn.sim.cube_tasks import PickCubeColorConfig, PickCubeEnv  # noqa: E402
 
 COLOURS = ["red", "green", "blue"]
@@ -270,7 +271,7 @@ def save_policy(folder: Path, policy: VLAPolicy, settings: dict, record: dict) -
     run takes it), and ``folder``/bc.json: its ``bc_settings`` and its BC record (loss, time, the commit of the code
     that trained it). bc.json goes first: a checkpoint is never there without it. The checkpoint's path and the BC
     record as a results file gives it (``load_policy``'s fields: the commit, the checkpoint, not loaded)."""
-    path = folder / "checkpoints" / "latest.pt"
+    path = RunDir(folder).checkpoint
     record = {**record, "commit": COMMIT}
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "bc.json").write_text(json.dumps({"settings": settings, "bc": record}, indent=1) + "\n")
@@ -452,17 +453,17 @@ def main() -> None:
         return workdir / f"policy-{seed}"
 
     def refined_of(seed: int) -> dict:  # once policy seed's BC checkpoint is saved
-        return refined_settings(settings_of(seed), bc_folder(seed) / "checkpoints" / "latest.pt", args.refine_steps,
+        return refined_settings(settings_of(seed), RunDir(bc_folder(seed)).checkpoint, args.refine_steps,
                                 args.refine_lr)
 
     # a policy that --workdir already holds, trained with this run's settings, is evaluated as saved (a run that
     # stopped part-way goes on from its last saved policy); one trained otherwise stops the run before any work
     saved = {seed: load_policy(env, config, path, settings_of(seed), "--workdir's") for seed in range(args.policies)
-             if (path := bc_folder(seed) / "checkpoints" / "latest.pt").is_file()}
+             if (path := RunDir(bc_folder(seed)).checkpoint).is_file()}
     # a refinement is loaded only with its BC start (one left from a start not saved is replaced when it is refined)
     refined_saved = {seed: load_policy(env, config, path, refined_of(seed), "--workdir's")
                      for seed in saved if args.refine_steps > 0
-                     and (path := bc_folder(seed) / "refined" / "checkpoints" / "latest.pt").is_file()}
+                     and (path := RunDir(bc_folder(seed) / "refined").checkpoint).is_file()}
     trains = len(saved) < args.policies or (args.refine_steps > 0 and len(refined_saved) < args.policies)
     data = record_demos(env, args.demos, perturb) if trains else None
     if data is not None:
@@ -472,6 +473,13 @@ def main() -> None:
     validation = Validation(record_demos(env, args.validation_demos, perturb, VALIDATION_SEED)) \
         if data is not None and args.validation_demos else None
     validation_seeds = f"{VALIDATION_SEED}..{VALIDATION_SEED + args.validation_demos - 1}"
+
+    def kept(folder: Path, policy: VLAPolicy, settings: dict, record: dict) -> dict:
+        """A policy trained in this run saved to ``folder``, its record naming the held-out demos it was scored on."""
+        if validation is not None:  # a loaded policy's record says what its own run scored
+            record["held_out_demo_seeds"] = validation_seeds
+        return save_policy(folder, policy, settings, record)[1]
+
     paraphrase_env = make_env(PARAPHRASES, args.scene == "state", args.camera_size)
     results, bc, policies = [], [], []
     # than the defaults train and serve a policy: then the BC policy as they serve it is the baseline
@@ -482,20 +490,16 @@ def main() -> None:
             print(f"policy {seed}: loaded from {record['checkpoint']}", flush=True)
         else:
             policy, record = behaviour_clone(env, data, config, seed, args.bc_steps, args.batch_size, validation)
-            if validation is not None:  # a loaded policy's record says what its own run scored
-                record["held_out_demo_seeds"] = validation_seeds
-            _, record = save_policy(bc_folder(seed), policy, settings_of(seed), record)
+            record = kept(bc_folder(seed), policy, settings_of(seed), record)
         bc_policy = policy
-        if args.refine_steps and seed in refined_saved:
-            policy, refinement = refined_saved[seed]
-            print(f"policy {seed}: refined, loaded from {refinement['checkpoint']}", flush=True)
-        elif args.refine_steps:
-            policy, refinement = refine(env, bc_policy, data, seed, args.refine_steps, args.refine_lr,
-                                        args.batch_size, validation)
-            if validation is not None:
-                refinement["held_out_demo_seeds"] = validation_seeds
-            _, refinement = save_policy(bc_folder(seed) / "refined", policy, refined_of(seed), refinement)
         if args.refine_steps:
+            if seed in refined_saved:
+                policy, refinement = refined_saved[seed]
+                print(f"policy {seed}: refined, loaded from {refinement['checkpoint']}", flush=True)
+            else:
+                policy, refinement = refine(env, bc_policy, data, seed, args.refine_steps, args.refine_lr,
+                                            args.batch_size, validation)
+                refinement = kept(bc_folder(seed) / "refined", policy, refined_of(seed), refinement)
             record = {**record, "refined": refinement}
         bc.append(record)
         runner = ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim)
