@@ -121,8 +121,12 @@ DEMOS, BC_STEPS = 1200, 12000                    # the --demos and --bc-steps de
                                                   # 2,400 demos: 0.715, a lower held-out loss, the same success
 CAMERA_STRIDES = [2, 2, 1, 1]                     # policy.camera_strides of the conv cameras (--camera-strides):
                                                   # a third of DrQ's cost, the same success (BENCHMARKS.md)
-WRIST_SHIFT_PAD = 4                               # the wrist camera's random shift, pixels (--wrist-shift-pad; the
-                                                  # front camera's is policy.image_shift_pad, 4): 2 did not help
+FRONT_SHIFT_PAD = 4                               # the front camera's random shift, pixels (--front-shift-pad,
+                                                  # policy.image_shift_pad): at 64 px 0 and 8 were far worse (8% and
+                                                  # 10% against 42-44%, BENCHMARKS.md); 4 px is the same share of
+                                                  # the view as 6 px at 96 px
+WRIST_SHIFT_PAD = 4                               # the wrist camera's random shift, pixels (--wrist-shift-pad;
+                                                  # policy.camera_shift_pads.wrist): 2 did not help
                                                   # (0.60 and 0.34 for policies 0 and 1 at 567b379; BENCHMARKS.md)
 CAMERA_FEATURES, FUSE_DIMS = 128, [512]           # policy.camera_features and policy.fuse_dims (--camera-features,
                                                   # --fuse-dims): twice the policy's defaults (64, [256]): success
@@ -142,18 +146,19 @@ INFERENCE_ONLY: frozenset[str] = frozenset({"policy.flow_steps", "policy.noise_s
 def policy_config(camera_encoder: str = "conv", text_encoder: str = "word_vectors",
                   camera_strides: list[int] = CAMERA_STRIDES, colour_words: bool = True,
                   wrist_shift_pad: int = WRIST_SHIFT_PAD, camera_features: int = CAMERA_FEATURES,
-                  fuse_dims: list[int] = FUSE_DIMS, noise_scale: float = NOISE_SCALE) -> VLAPolicyConfig:
+                  fuse_dims: list[int] = FUSE_DIMS, noise_scale: float = NOISE_SCALE,
+                  front_shift_pad: int = FRONT_SHIFT_PAD) -> VLAPolicyConfig:
     """The benchmark's VLA: 10-action chunks, one stage, no prefix (sync execution); ``camera_strides`` for the
     conv cameras only (the keypoint encoders have their own); colour words read by their colour (``colour_words``:
     0.48 against 0.32 on the paraphrases, the same on the trained instructions, as the word vectors alone;
-    BENCHMARKS.md); the wrist camera's random shift ``wrist_shift_pad`` pixels, the front camera's the default;
+    BENCHMARKS.md); the cameras' random shifts ``front_shift_pad`` and ``wrist_shift_pad``, pixels;
     ``camera_features`` per camera and the trunk's ``fuse_dims`` (the path from the cameras to the chunk); the start
     noise's ``noise_scale`` at inference."""
     strides = list(camera_strides) if camera_encoder == "conv" else list(DRQ_STRIDES)
     config = VLAPolicyConfig(chunk_horizon=H, max_prefix=0, camera_encoder=camera_encoder, text_encoder=text_encoder,
                              camera_strides=strides, colour_words=colour_words, camera_features=camera_features,
-                             fuse_dims=list(fuse_dims), noise_scale=noise_scale)
-    if wrist_shift_pad != config.image_shift_pad:  # the same pad as the front camera's is the policy's default
+                             fuse_dims=list(fuse_dims), noise_scale=noise_scale, image_shift_pad=front_shift_pad)
+    if wrist_shift_pad != config.image_shift_pad:  # the same pad as the front camera's needs no camera of its own
         config.camera_shift_pads = {"wrist": wrist_shift_pad}
     return config
 
@@ -395,8 +400,10 @@ def main() -> None:
                     help="policy.colour_words: colour words read by their CIELAB colour (robolearn.policies.vla); "
                     "--no-colour-words: by their word vectors alone")
     ap.add_argument("--wrist-shift-pad", type=int, default=WRIST_SHIFT_PAD,
-                    help="policy.camera_shift_pads.wrist: the wrist camera's training-time random shift, pixels (the "
-                    "front camera's: policy.image_shift_pad, 4)")
+                    help="policy.camera_shift_pads.wrist: the wrist camera's training-time random shift, pixels")
+    ap.add_argument("--front-shift-pad", type=int, default=FRONT_SHIFT_PAD,
+                    help="policy.image_shift_pad: the front camera's training-time random shift, pixels (with another "
+                    "--camera-size, the same share of the view is 4 * size / 64)")
     ap.add_argument("--camera-features", type=int, default=CAMERA_FEATURES,
                     help="policy.camera_features: each camera's features (the policy's default: 64)")
     ap.add_argument("--fuse-dims", type=int, nargs="+", default=FUSE_DIMS,
@@ -434,13 +441,17 @@ def main() -> None:
         ap.error(f"--camera-size must be >= 16 pixels, got {args.camera_size}")
     if args.refine_steps < 0 or args.refine_lr <= 0:
         ap.error(f"--refine-steps must be >= 0 and --refine-lr > 0, got {args.refine_steps} and {args.refine_lr}")
+    if min(args.front_shift_pad, args.wrist_shift_pad) < 0:
+        ap.error(f"--front-shift-pad and --wrist-shift-pad must be >= 0 pixels, got {args.front_shift_pad} and "
+                 f"{args.wrist_shift_pad}")
     if args.policies < 3 and args.eval_seed == EVAL_SEED:
         ap.error("--policies must be >= 3 for the figures (medians over policies)")
     torch.set_num_threads(2)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-vla-"))
     print(f"work folder: {workdir} (each policy's checkpoint and bc.json)", flush=True)
     config = policy_config(args.camera_encoder, args.text_encoder, args.camera_strides, args.colour_words,
-                           args.wrist_shift_pad, args.camera_features, args.fuse_dims, args.noise_scale)
+                           args.wrist_shift_pad, args.camera_features, args.fuse_dims, args.noise_scale,
+                           args.front_shift_pad)
     train = {c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}
     env = make_env(train, args.scene == "state", args.camera_size)
     perturb = Perturbation(fraction=args.perturb, decoy=args.decoy)  # zero fractions perturb nothing, draw nothing

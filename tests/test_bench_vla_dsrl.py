@@ -124,6 +124,12 @@ def test_a_base_is_taken_only_with_the_bc_settings_this_run_would_train(tmp_path
     wrist_2 = bc_settings(policy_config(wrist_shift_pad=2), 0, DEMOS, PERTURB, BC_STEPS, 128)
     with pytest.raises(SystemExit, match=r"camera_shift_pads \{\} \(this run's: \{'wrist': 2\}\)$"):
         check_base(ckpt, wrist_2)
+    # both cameras' shifts at 6 px (96 px frames): the front camera's is the policy's own pad, the wrist needs none
+    both_6 = policy_config(front_shift_pad=6, wrist_shift_pad=6)
+    assert (both_6.image_shift_pad, both_6.camera_shift_pads) == (6, {})
+    assert policy_config(front_shift_pad=6).camera_shift_pads == {"wrist": 4}
+    with pytest.raises(SystemExit, match=r"image_shift_pad 4 \(this run's: 6\)$"):
+        check_base(ckpt, bc_settings(both_6, 0, DEMOS, PERTURB, BC_STEPS, 128))
     # a bc.json written before a policy field existed: the field's default, as the policy then computed
     before = json.loads((ckpt.parent.parent / "bc.json").read_text())
     del before["settings"]["policy"]["camera_shift_pads"]
