@@ -109,7 +109,8 @@ PARAPHRASES = {  # never in the training data: other words for the colour, the a
              "please grab the blue box", "seize the navy cube", "pick the azure block", "fetch the blue object",
              "lift up the cobalt block", "grab the sapphire cube", "collect the blue brick", "snatch the navy one"],
 }
-H, EXECUTE = 10, 5  # the chunk's actions, and the --execute default (bench-vla-dsrl's actors execute 5)
+H, EXECUTE = 10, 5  # the chunk's actions, and the --execute default (bench-vla-dsrl's actors execute 5); 1, a new
+                    # chunk every tick, was 2 points worse for each policy on the held-out seeds (BENCHMARKS.md)
 DEMO_SEED, EVAL_SEED = 100_000, 910_000
 VALIDATION_SEED = 60_000  # the held-out demos (--validation-demos): development demos, never trained on here
 CAMERA_SIZE = 64  # both cameras' frames, pixels (--camera-size)
