@@ -123,9 +123,10 @@ DEMOS, BC_STEPS = 1200, 12000                    # the --demos and --bc-steps de
 CAMERA_STRIDES = [2, 2, 1, 1]                     # policy.camera_strides of the conv cameras (--camera-strides):
                                                   # a third of DrQ's cost, the same success (BENCHMARKS.md)
 FRONT_SHIFT_PAD = 4                               # the front camera's random shift, pixels (--front-shift-pad,
-                                                  # policy.image_shift_pad): at 64 px 0 and 8 were far worse (8% and
-                                                  # 10% against 42-44%, BENCHMARKS.md); 4 px is the same share of
-                                                  # the view as 6 px at 96 px
+                                                  # policy.image_shift_pad): at 64 px both cameras at 0 and at 8 px
+                                                  # were far worse (8% and 10% against 42-44%, 400 demos, 50
+                                                  # development episodes; BENCHMARKS.md); 4 px at 64 px is the
+                                                  # share of the view 6 px is at 96 px
 WRIST_SHIFT_PAD = 4                               # the wrist camera's random shift, pixels (--wrist-shift-pad;
                                                   # policy.camera_shift_pads.wrist): 2 did not help
                                                   # (0.60 and 0.34 for policies 0 and 1 at 567b379; BENCHMARKS.md)

@@ -145,7 +145,7 @@ def test_a_base_is_taken_only_with_the_bc_settings_this_run_would_train(tmp_path
         check_base(ckpt, bc_settings(config, 0, DEMOS, PERTURB, BC_STEPS, 128, camera_size=96))
 
 
-def test_bench_vla_evaluates_the_policies_its_workdir_holds_without_recording_demos(tmp_path, monkeypatch):
+def test_bench_vla_evaluates_the_policies_its_workdir_holds_without_recording_demos(tmp_path, monkeypatch, capsys):
     """A bench-vla run that stopped after saving its policies goes on from them: with every policy saved under this
     run's settings no demo is recorded and no policy trained; a saved policy trained otherwise stops the run before
     any work."""
@@ -209,6 +209,13 @@ def test_bench_vla_evaluates_the_policies_its_workdir_holds_without_recording_de
     monkeypatch.setattr(sys, "argv", [*argv, "--bc-steps", "6000", "--policies", "2"])  # policy 1 must be trained
     with pytest.raises(SystemExit, match=r"--workdir's .*policy-0.* differs in bc_steps 12000 \(this run's: 6000\)"):
         vla.main()
+    monkeypatch.setattr(sys, "argv", [*argv, "--front-shift-pad", "6"])  # the option reaches the policy's settings
+    with pytest.raises(SystemExit, match=r"differs in policy\.image_shift_pad 4 \(this run's: 6\)"):
+        vla.main()
+    monkeypatch.setattr(sys, "argv", [*argv, "--front-shift-pad", "-1"])
+    with pytest.raises(SystemExit):
+        vla.main()
+    assert "--front-shift-pad and --wrist-shift-pad must be >= 0 pixels, got -1 and 4" in capsys.readouterr().err
 
 
 def test_the_gain_is_measured_over_the_best_way_of_serving_the_bc_start():
