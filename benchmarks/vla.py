@@ -33,10 +33,12 @@ from the front and wrist cameras, 64 px by default (``--camera-size``), without 
    inference time, the first ``--execute`` actions of each 10-action chunk executed, 5 by default):
    ``vla_success`` (median over policies, per colour too), then the same seeds with PARAPHRASES, 12 per colour,
    none of them in the training data (other verbs, nouns, and colour words such as "crimson" or "navy"):
-   ``vla_paraphrase_success``. The VLA samples with ``--noise-scale`` (``policy.noise_scale``, the start noise's
-   standard deviation, 1 by default). With another scale, another ``--execute`` or ``--refine-steps`` each policy is
-   then evaluated again on the same episodes as the defaults train and serve it: not refined, noise scale 1 (what
-   training saw), 5 actions executed (``baseline``: the same figures side by side).
+   ``vla_paraphrase_success``. Each run's record also counts successes per instruction said
+   (``per_instruction``: [successes, episodes]), so a policy's failures can be traced to words. The VLA samples
+   with ``--noise-scale`` (``policy.noise_scale``, the start noise's standard deviation, 1 by default). With another
+   scale, another ``--execute`` or ``--refine-steps`` each policy is then evaluated again on the same episodes as
+   the defaults train and serve it: not refined, noise scale 1 (what training saw), 5 actions executed
+   (``baseline``: the same figures side by side).
 3. ``vla_inference_ms``: one policy behind the real policy server (``inference.server.PolicyServer``) over zmq,
    ``--rtt-requests`` requests from 1 robot and then from 4 robots at once (one batch of 4), p50 / p99 of the
    round trip seen by the robots' clients.
@@ -194,18 +196,22 @@ EVAL_CHUNKING = eval_chunking()  # how bench-vla-dsrl's actors and evaluations e
 def evaluate(env: PickCubeEnv, runner: ChunkPolicyRunner, episodes: int, first_seed: int,
              execute: int = EXECUTE) -> dict:
     """Success over ``episodes`` episodes seeded from ``first_seed`` (sync, zero inference ticks, the first
-    ``execute`` actions of each chunk executed), overall and per asked colour."""
+    ``execute`` actions of each chunk executed), overall, per asked colour, and per instruction said ([successes,
+    episodes]: which words a policy fails on)."""
     clock = SimClock(DelaySampler("fixed", ticks=0))
     executor = ChunkExecutor(SimulatedLatencyClient(runner, clock), env.action_spec, H, eval_chunking(execute))
     loop = EpisodeLoop(env, executor, clock, subscribers=[SeedTorch()])  # the actors' episode loop
     per: dict[str, list[bool]] = {c: [] for c in COLOURS}
+    said: dict[str, list[bool]] = {}
     for ep in range(episodes):
         r = loop.run(seed=first_seed + ep, episode_id=ep)
         per[env.target].append(bool(r.success))
+        said.setdefault(env.instruction, []).append(bool(r.success))
     n = sum(len(v) for v in per.values())
     return {"success": sum(sum(v) for v in per.values()) / n,
             "per_colour": {c: round(sum(v) / len(v), 4) if v else None for c, v in per.items()},
-            "episodes_per_colour": {c: len(v) for c, v in per.items()}}
+            "episodes_per_colour": {c: len(v) for c, v in per.items()},
+            "per_instruction": {text: [sum(v), len(v)] for text, v in sorted(said.items())}}
 
 
 def record_demos(env: PickCubeEnv, demos: int, perturb: Perturbation, seed: int = DEMO_SEED) -> ChunkDataset:

@@ -171,6 +171,13 @@ def test_bench_vla_evaluates_the_policies_its_workdir_holds_without_recording_de
     assert result["bc"] == [{"checkpoint": str(ckpt), "seed": 0, "final_loss": 0.5, "seconds": 1.0, "commit": COMMIT,
                              "loaded": True}]
     assert [r["seed"] for r in result["runs"]] == [0]
+    # each evaluation counts its episodes by the sentence said: a trained one, then a paraphrase
+    for key, said in (("trained_instructions", {t.format(c) for t in TRAIN_TEMPLATES for c in COLOURS}),
+                      ("paraphrases", {p for ps in vla.PARAPHRASES.values() for p in ps})):
+        evaluated = result["runs"][0][key]
+        assert set(evaluated["per_instruction"]) <= said
+        assert [sum(n) for n in zip(*evaluated["per_instruction"].values(), strict=True)] == [
+            round(evaluated["success"]), 1]  # --episodes 1
     assert "baseline" not in result  # served as the defaults serve it: nothing to compare
     served, evaluate = [], vla.evaluate
 
