@@ -471,6 +471,9 @@ def main() -> None:
     def bc_folder(seed: int) -> Path:
         return workdir / f"policy-{seed}"
 
+    def refined_folder(seed: int) -> Path:
+        return bc_folder(seed) / "refined"
+
     def refined_of(seed: int) -> dict:  # once policy seed's BC checkpoint is saved
         return refined_settings(settings_of(seed), RunDir(bc_folder(seed)).checkpoint, args.refine_steps,
                                 args.refine_lr)
@@ -482,7 +485,7 @@ def main() -> None:
     # a refinement is loaded only with its BC start (one left from a start not saved is replaced when it is refined)
     refined_saved = {seed: load_policy(env, config, path, refined_of(seed), "--workdir's")
                      for seed in saved if args.refine_steps > 0
-                     and (path := RunDir(bc_folder(seed) / "refined").checkpoint).is_file()}
+                     and (path := RunDir(refined_folder(seed)).checkpoint).is_file()}
     trains = len(saved) < args.policies or (args.refine_steps > 0 and len(refined_saved) < args.policies)
     data = record_demos(env, args.demos, perturb) if trains else None
     if data is not None:
@@ -518,7 +521,7 @@ def main() -> None:
             else:
                 policy, refinement = refine(env, bc_policy, data, seed, args.refine_steps, args.refine_lr,
                                             args.batch_size, validation)
-                refinement = kept(bc_folder(seed) / "refined", policy, refined_of(seed), refinement)
+                refinement = kept(refined_folder(seed), policy, refined_of(seed), refinement)
             record = {**record, "refined": refinement}
         bc.append(record)
         runner = ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim)
