@@ -525,3 +525,37 @@ def test_film_keypoints_follow_what_the_condition_asks_for():
         return round(x, 2), round(y, 2)
     assert position(encoder(image, red)) == pytest.approx(((12 / 16) * 2 - 1, (4 / 16) * 2 - 1), abs=0.05)
     assert position(encoder(image, blue)) == pytest.approx(((2 / 16) * 2 - 1, (10 / 16) * 2 - 1), abs=0.05)
+
+
+def test_word_swap_draws_table_words_for_known_words_naming_no_colour_in_training_only(monkeypatch):
+    from robolearn.policies.text_encoder import word_vectors
+    from robolearn.policies.vla import InstructionEncoder
+    encoder = InstructionEncoder(max_words=6, features=8, heads=2, colour_words=True, word_swap=0.5)
+    said = torch.as_tensor(np.stack([encode_text(t, INSTRUCTION_BYTES)
+                                     for t in ("pick up the red cube", "lift the darkblue cube", "raise the qzxv")]))
+    seen = []
+    swapped = encoder.swapped
+    monkeypatch.setattr(encoder, "swapped", lambda vectors, swappable: seen.append(swappable) or swapped(vectors,
+                                                                                                   swappable))
+    encoder.eval()(said)
+    assert not seen  # serving reads the words said
+    encoder.train()(said)
+    # known words naming no colour: not "red" or "darkblue" (colours), not "qzxv" (no vector) nor padding
+    assert seen[0].squeeze(-1).tolist() == [[1, 1, 1, 0, 1, 0], [1, 1, 0, 1, 0, 0], [1, 1, 0, 0, 0, 0]]
+
+    torch.manual_seed(0)
+    vectors, _, _ = encoder.lookup(said[:1].expand(4000, -1))
+    swappable = torch.tensor([1.0, 1, 1, 0, 1, 0]).view(1, 6, 1).expand(4000, -1, -1)
+    out = encoder.swapped(vectors, swappable)
+    changed = (out != vectors).any(-1)                                  # (B, W)
+    assert not changed[:, [3, 5]].any()                                 # the colour word and the padding are kept
+    assert 0.47 < changed[:, [0, 1, 2, 4]].float().mean() < 0.53        # the others with chance word_swap
+    table = torch.from_numpy(word_vectors().vectors)
+    assert all((table == row).all(-1).any() for row in out[changed][:20])  # each a row of the table
+
+
+def test_word_swap_is_refused_outside_0_1_and_with_word_pieces():
+    with pytest.raises(ValueError, match="word_swap is a probability"):
+        VLAPolicyConfig(word_swap=1.0)
+    with pytest.raises(ValueError, match="word_swap draws whole words"):
+        VLAPolicyConfig(word_swap=0.5, text_encoder="minilm")

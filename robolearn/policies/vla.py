@@ -85,6 +85,8 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
     colour_words: bool = False      # word_vectors: a colour word read by its CIELAB colour (XKCD colour survey,
                                     # policies.colour_words) instead of its vector
     colour_jitter: float = 10.0     # colour_words: training-time N(0, s^2) on each colour word's L, a, b (CIELAB)
+    word_swap: float = 0.0          # word_vectors: training-time chance that a known word naming no colour is read
+                                    # as a word drawn from the whole table (0: never)
     camera_encoder: str = "conv"     # conv: CNN, flattened, projected to camera_features; keypoints: a spatial softmax
                                      # per channel, camera_features / 2 image positions per camera; film_keypoints:
                                      # keypoints whose features are modulated by the instruction (FiLM)
@@ -111,6 +113,11 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
                              f"{self.text_encoder!r}")
         if self.colour_jitter < 0:
             raise ValueError(f"policy.colour_jitter must be >= 0, got {self.colour_jitter}")
+        if not 0 <= self.word_swap < 1:
+            raise ValueError(f"policy.word_swap is a probability in [0, 1), got {self.word_swap}")
+        if self.word_swap and self.text_encoder != "word_vectors":
+            raise ValueError(f"policy.word_swap draws whole words from the word vectors' table: text_encoder="
+                             f"word_vectors only, got {self.text_encoder!r}")
         if self.camera_encoder not in CAMERA_ENCODERS | CONDITIONED:
             raise ValueError(f"policy.camera_encoder must be one of {sorted(CAMERA_ENCODERS | CONDITIONED)}, got "
                              f"{self.camera_encoder!r}")
@@ -137,15 +144,21 @@ class InstructionEncoder(nn.Module):
     ``colour_words`` (word vectors only): a word that names a colour is read by its colour instead of its vector,
     key = P_c SCALE [L - 50; a; b; 50] (``policies.colour_words``), and in training each colour word's L, a and b get
     N(0, ``colour_jitter``^2) (CIELAB units), so that a colour word the demos never said lands among the trained ones by
-    how it looks."""
+    how it looks.
+
+    ``word_swap`` (word vectors only): in training each known word that names no colour is, with that chance, read as
+    a word drawn uniformly from the table's rows instead. A few templates say the same few verbs and nouns; the words
+    a person says instead ("fetch", "brick") were never heard, and swapping teaches the pooling that such words carry
+    nothing it needs, so the colour word decides."""
 
     def __init__(self, max_words: int, features: int, heads: int, backbone: str = "word_vectors",
-                 colour_words: bool = False, colour_jitter: float = 0.0) -> None:
+                 colour_words: bool = False, colour_jitter: float = 0.0, word_swap: float = 0.0) -> None:
         super().__init__()
         self.max_words = max_words
         self._table = TEXT_ENCODERS[backbone]()  # loads (and checks) the weights now, not at the first request
         self.project = nn.Linear(self._table.width, features)
-        self.colour_words, self.colour_jitter = colour_words, colour_jitter
+        self.colour_words, self.colour_jitter, self.word_swap = colour_words, colour_jitter, word_swap
+        self._swap_rows: torch.Tensor | None = None  # word_swap: the table's vectors on the projection's device
         if colour_words:
             colour_table()  # loaded now, not at the first request
             self.project_colour = nn.Linear(COLOUR_FEATURES, features)
@@ -180,13 +193,24 @@ class InstructionEncoder(nn.Module):
         parts = [np.stack([self._cache[k][j] for k in keys]) for j in range(len(self._cache[keys[0]]))]
         return tuple(torch.from_numpy(part).to(device) for part in parts)
 
+    def swapped(self, vectors: torch.Tensor, swappable: torch.Tensor) -> torch.Tensor:
+        """Word vectors (B, W, D) with each word where ``swappable`` (B, W, 1) is 1 replaced, with chance
+        ``word_swap``, by a row of the table drawn uniformly."""
+        if self._swap_rows is None or self._swap_rows.device != vectors.device:
+            self._swap_rows = torch.from_numpy(self._table.vectors).to(vectors.device)
+        swap = (torch.rand_like(swappable) < self.word_swap).to(vectors.dtype) * swappable
+        drawn = self._swap_rows[torch.randint(len(self._swap_rows), vectors.shape[:2], device=vectors.device)]
+        return vectors * (1 - swap) + drawn * swap
+
     def keys(self, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The projected words (B, W, T) and their mask (B, W)."""
         vectors, mask, *colours = self.lookup(text)
+        named = (colours[0][..., -1:] > 0).to(vectors.dtype) if colours else torch.zeros_like(mask).unsqueeze(-1)
+        if self.training and self.word_swap:                                  # named (B, W, 1): names a colour
+            vectors = self.swapped(vectors, mask.unsqueeze(-1) * (1 - named))
         if not self.colour_words:
             return self.project(vectors), mask
         lab = colours[0]
-        named = (lab[..., -1:] > 0).to(lab.dtype)                             # (B, W, 1): names a colour
         if self.training and self.colour_jitter:
             noise = torch.randn_like(lab) * (self.colour_jitter * COLOUR_SCALE)  # features are CIELAB * SCALE
             lab = lab + noise * named * lab.new_tensor([1.0, 1.0, 1.0, 0.0])
@@ -221,7 +245,7 @@ class VLAPolicy(FlowChunkPolicy):
             raise ValueError(f"policy=vla needs at least one camera; the task's observations are "
                              f"{sorted(obs_spec.arrays)} (task.cameras=[front,wrist])")
         self.text = InstructionEncoder(c.max_words, c.text_features, c.text_heads, c.text_encoder, c.colour_words,
-                                       c.colour_jitter)
+                                       c.colour_jitter, c.word_swap)
         if c.camera_encoder in CONDITIONED:
             camera = functools.partial(CONDITIONED[c.camera_encoder], text_features=self.text.out_dim)
         elif c.camera_encoder == "conv":
