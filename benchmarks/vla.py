@@ -201,21 +201,27 @@ def evaluate(env: PickCubeEnv, runner: ChunkPolicyRunner, episodes: int, first_s
              execute: int = EXECUTE) -> dict:
     """Success over ``episodes`` episodes seeded from ``first_seed`` (sync, zero inference ticks, the first
     ``execute`` actions of each chunk executed), overall, per asked colour, and per instruction said ([successes,
-    episodes]: which words a policy fails on)."""
+    episodes]: which words a policy fails on); the failures by how they ended (``failures``: another cube lifted,
+    which ends the episode, or the time limit reached with none lifted)."""
     clock = SimClock(DelaySampler("fixed", ticks=0))
     executor = ChunkExecutor(SimulatedLatencyClient(runner, clock), env.action_spec, H, eval_chunking(execute))
     loop = EpisodeLoop(env, executor, clock, subscribers=[SeedTorch()])  # the actors' episode loop
     per: dict[str, list[bool]] = {c: [] for c in COLOURS}
     said: dict[str, list[bool]] = {}
+    failures = {"wrong_cube": 0, "time_limit": 0}
     for ep in range(episodes):
         r = loop.run(seed=first_seed + ep, episode_id=ep)
         per[env.target].append(bool(r.success))
         said.setdefault(env.instruction, []).append(bool(r.success))
+        if not r.success:  # read from the scene as the episode left it
+            wrong = any(env.lift(c) >= env.task.lift_height for c in env.cubes if c != env.target)
+            failures["wrong_cube" if wrong else "time_limit"] += 1
     n = sum(len(v) for v in per.values())
     return {"success": sum(sum(v) for v in per.values()) / n,
             "per_colour": {c: round(sum(v) / len(v), 4) if v else None for c, v in per.items()},
             "episodes_per_colour": {c: len(v) for c, v in per.items()},
-            "per_instruction": {text: [sum(v), len(v)] for text, v in sorted(said.items())}}
+            "per_instruction": {text: [sum(v), len(v)] for text, v in sorted(said.items())},
+            "failures": failures}
 
 
 def record_demos(env: PickCubeEnv, demos: int, perturb: Perturbation, seed: int = DEMO_SEED) -> ChunkDataset:

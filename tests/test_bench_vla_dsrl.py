@@ -178,6 +178,7 @@ def test_bench_vla_evaluates_the_policies_its_workdir_holds_without_recording_de
         assert set(evaluated["per_instruction"]) <= said
         assert [sum(n) for n in zip(*evaluated["per_instruction"].values(), strict=True)] == [
             round(evaluated["success"]), 1]  # --episodes 1
+        assert sum(evaluated["failures"].values()) == 1 - round(evaluated["success"])  # each failure counted once
     assert "baseline" not in result  # served as the defaults serve it: nothing to compare
     served, evaluate = [], vla.evaluate
 
