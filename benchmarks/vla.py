@@ -145,6 +145,8 @@ NOISE_SCALE = 1.0                                 # policy.noise_scale (--noise-
                                                   # worse on the held-out ones (0.64 against 0.72; BENCHMARKS.md)
 WORD_SWAP = 0.0                                   # policy.word_swap (--word-swap): the chance that BC reads a
                                                   # known word naming no colour as a word drawn from the table
+COLOUR_JITTER = 10.0                              # policy.colour_jitter (--colour-jitter): BC's noise on each
+                                                  # colour word's CIELAB L, a and b (standard deviation)
 # how a saved policy samples, not what it was trained from: its bc.json is not checked for these
 INFERENCE_ONLY: frozenset[str] = frozenset({"policy.flow_steps", "policy.noise_scale"})
 
@@ -153,19 +155,20 @@ def policy_config(camera_encoder: str = "conv", text_encoder: str = "word_vector
                   camera_strides: list[int] = CAMERA_STRIDES, colour_words: bool = True,
                   wrist_shift_pad: int = WRIST_SHIFT_PAD, camera_features: int = CAMERA_FEATURES,
                   fuse_dims: list[int] = FUSE_DIMS, noise_scale: float = NOISE_SCALE,
-                  front_shift_pad: int = FRONT_SHIFT_PAD, word_swap: float = WORD_SWAP) -> VLAPolicyConfig:
+                  front_shift_pad: int = FRONT_SHIFT_PAD, word_swap: float = WORD_SWAP,
+                  colour_jitter: float = COLOUR_JITTER) -> VLAPolicyConfig:
     """The benchmark's VLA: 10-action chunks, one stage, no prefix (sync execution); ``camera_strides`` for the
     conv cameras only (the keypoint encoders have their own); colour words read by their colour (``colour_words``:
     0.48 against 0.32 on the paraphrases, the same on the trained instructions, as the word vectors alone;
     BENCHMARKS.md); the cameras' random shifts ``front_shift_pad`` and ``wrist_shift_pad``, pixels;
     ``camera_features`` per camera and the trunk's ``fuse_dims`` (the path from the cameras to the chunk); the start
     noise's ``noise_scale`` at inference; ``word_swap``, the chance that training reads a word naming no colour as a
-    random one."""
+    random one, and ``colour_jitter``, training's noise on the colour words' colours (CIELAB)."""
     strides = list(camera_strides) if camera_encoder == "conv" else list(DRQ_STRIDES)
     config = VLAPolicyConfig(chunk_horizon=H, max_prefix=0, camera_encoder=camera_encoder, text_encoder=text_encoder,
                              camera_strides=strides, colour_words=colour_words, camera_features=camera_features,
                              fuse_dims=list(fuse_dims), noise_scale=noise_scale, image_shift_pad=front_shift_pad,
-                             word_swap=word_swap)
+                             word_swap=word_swap, colour_jitter=colour_jitter)
     if wrist_shift_pad != config.image_shift_pad:  # the same pad as the front camera's needs no camera of its own
         config.camera_shift_pads = {"wrist": wrist_shift_pad}
     return config
@@ -425,6 +428,8 @@ def main() -> None:
     ap.add_argument("--word-swap", type=float, default=WORD_SWAP,
                     help="policy.word_swap: the chance that BC reads each known word naming no colour as a word "
                     "drawn from the word vectors' table (0: never)")
+    ap.add_argument("--colour-jitter", type=float, default=COLOUR_JITTER,
+                    help="policy.colour_jitter: BC's N(0, s^2) on each colour word's CIELAB L, a and b")
     ap.add_argument("--camera-features", type=int, default=CAMERA_FEATURES,
                     help="policy.camera_features: each camera's features (the policy's default: 64)")
     ap.add_argument("--fuse-dims", type=int, nargs="+", default=FUSE_DIMS,
@@ -468,6 +473,8 @@ def main() -> None:
     if not 0 <= args.word_swap < 1 or (args.word_swap and args.text_encoder != "word_vectors"):
         ap.error(f"--word-swap must be in [0, 1) and needs --text-encoder word_vectors, got {args.word_swap} with "
                  f"{args.text_encoder}")
+    if args.colour_jitter < 0:
+        ap.error(f"--colour-jitter must be >= 0 (CIELAB units), got {args.colour_jitter}")
     if args.policies < 3 and args.eval_seed == EVAL_SEED:
         ap.error("--policies must be >= 3 for the figures (medians over policies)")
     torch.set_num_threads(2)
@@ -475,7 +482,7 @@ def main() -> None:
     print(f"work folder: {workdir} (each policy's checkpoint and bc.json)", flush=True)
     config = policy_config(args.camera_encoder, args.text_encoder, args.camera_strides, args.colour_words,
                            args.wrist_shift_pad, args.camera_features, args.fuse_dims, args.noise_scale,
-                           args.front_shift_pad, args.word_swap)
+                           args.front_shift_pad, args.word_swap, args.colour_jitter)
     train = {c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}
     env = make_env(train, args.scene == "state", args.camera_size)
     perturb = Perturbation(fraction=args.perturb, decoy=args.decoy)  # zero fractions perturb nothing, draw nothing

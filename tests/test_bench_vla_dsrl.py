@@ -217,9 +217,12 @@ def test_bench_vla_evaluates_the_policies_its_workdir_holds_without_recording_de
     monkeypatch.setattr(sys, "argv", [*argv, "--bc-steps", "6000", "--policies", "2"])  # policy 1 must be trained
     with pytest.raises(SystemExit, match=r"--workdir's .*policy-0.* differs in bc_steps 12000 \(this run's: 6000\)"):
         vla.main()
-    monkeypatch.setattr(sys, "argv", [*argv, "--front-shift-pad", "6"])  # the option reaches the policy's settings
-    with pytest.raises(SystemExit, match=r"differs in policy\.image_shift_pad 4 \(this run's: 6\)"):
-        vla.main()
+    for option, value, setting, default in (("--front-shift-pad", "6", "image_shift_pad", "4"),
+                                            ("--word-swap", "0.5", "word_swap", "0.0"),
+                                            ("--colour-jitter", "20", "colour_jitter", "10.0")):
+        monkeypatch.setattr(sys, "argv", [*argv, option, value])  # each option reaches the policy's settings
+        with pytest.raises(SystemExit, match=rf"differs in policy\.{setting} {default} \(this run's: {value}"):
+            vla.main()
     monkeypatch.setattr(sys, "argv", [*argv, "--front-shift-pad", "-1"])
     with pytest.raises(SystemExit):
         vla.main()
