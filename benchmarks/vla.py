@@ -397,6 +397,9 @@ def inference_ms(policy: VLAPolicy, env: PickCubeEnv, requests: int, first_seed:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policies", type=int, default=3)
+    ap.add_argument("--policy-seeds", type=int, nargs="+", default=None,
+                    help=f"development (another --eval-seed than {EVAL_SEED}): these policies instead of 0 .. "
+                    "--policies - 1, e.g. the one a change should help most")
     ap.add_argument("--demos", type=int, default=DEMOS)
     ap.add_argument("--bc-steps", type=int, default=BC_STEPS)
     ap.add_argument("--validation-demos", type=int, default=256,
@@ -477,6 +480,10 @@ def main() -> None:
         ap.error(f"--colour-jitter must be >= 0 (CIELAB units), got {args.colour_jitter}")
     if args.policies < 3 and args.eval_seed == EVAL_SEED:
         ap.error("--policies must be >= 3 for the figures (medians over policies)")
+    if args.policy_seeds is not None and (args.eval_seed == EVAL_SEED or min(args.policy_seeds) < 0):
+        ap.error(f"--policy-seeds are for development (another --eval-seed than {EVAL_SEED}) and must be >= 0, got "
+                 f"{args.policy_seeds} with --eval-seed {args.eval_seed}")
+    seeds = args.policy_seeds if args.policy_seeds is not None else list(range(args.policies))
     torch.set_num_threads(2)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-vla-"))
     print(f"work folder: {workdir} (each policy's checkpoint and bc.json)", flush=True)
@@ -503,13 +510,13 @@ def main() -> None:
 
     # a policy that --workdir already holds, trained with this run's settings, is evaluated as saved (a run that
     # stopped part-way goes on from its last saved policy); one trained otherwise stops the run before any work
-    saved = {seed: load_policy(env, config, path, settings_of(seed), "--workdir's") for seed in range(args.policies)
+    saved = {seed: load_policy(env, config, path, settings_of(seed), "--workdir's") for seed in seeds
              if (path := RunDir(bc_folder(seed)).checkpoint).is_file()}
     # a refinement is loaded only with its BC start (one left from a start not saved is replaced when it is refined)
     refined_saved = {seed: load_policy(env, config, path, refined_of(seed), "--workdir's")
                      for seed in saved if args.refine_steps > 0
                      and (path := RunDir(refined_folder(seed)).checkpoint).is_file()}
-    trains = len(saved) < args.policies or (args.refine_steps > 0 and len(refined_saved) < args.policies)
+    trains = len(saved) < len(seeds) or (args.refine_steps > 0 and len(refined_saved) < len(seeds))
     data = record_demos(env, args.demos, perturb) if trains else None
     if data is not None:
         said = {bytes(row).split(b"\0")[0].decode() for row in data.observations["instruction"]}
@@ -529,7 +536,7 @@ def main() -> None:
     results, bc, policies = [], [], []
     # than the defaults train and serve a policy: then the BC policy as they serve it is the baseline
     served_otherwise = args.noise_scale != 1.0 or args.execute != EXECUTE or args.refine_steps > 0
-    for seed in range(args.policies):
+    for seed in seeds:
         if seed in saved:
             policy, record = saved[seed]
             print(f"policy {seed}: loaded from {record['checkpoint']}", flush=True)
@@ -599,7 +606,7 @@ def main() -> None:
                         parameters=sum(p.numel() for p in policies[0].parameters()),
                         settings={**{k: v for k, v in settings_of(0).items() if k != "seed"},
                                   "execute_horizon": args.execute,
-                                  **({"refine": refined_of(0)["refine"]} if args.refine_steps else {}),
+                                  **({"refine": refined_of(seeds[0])["refine"]} if args.refine_steps else {}),
                                   "eval_seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}",
                                   "train_templates": TRAIN_TEMPLATES,
                                   "paraphrases": PARAPHRASES, "threads": 2})

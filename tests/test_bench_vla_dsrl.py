@@ -223,6 +223,9 @@ def test_bench_vla_evaluates_the_policies_its_workdir_holds_without_recording_de
         monkeypatch.setattr(sys, "argv", [*argv, option, value])  # each option reaches the policy's settings
         with pytest.raises(SystemExit, match=rf"differs in policy\.{setting} {default} \(this run's: {value}"):
             vla.main()
+    monkeypatch.setattr(sys, "argv", [*argv, "--policy-seeds", "1"])  # policy 1 alone: trained, policy 0 not read
+    with pytest.raises(AssertionError, match="recorded demos or trained a policy"):
+        vla.main()
     monkeypatch.setattr(sys, "argv", [*argv, "--front-shift-pad", "-1"])
     with pytest.raises(SystemExit):
         vla.main()
