@@ -18,6 +18,7 @@ from the front and wrist cameras, 64 px by default (``--camera-size``), without 
    to ``--workdir``/policy-<i> (a robolearn checkpoint and ``bc.json``, what it was trained from). A policy that
    ``--workdir`` already holds is loaded instead of trained when its ``bc.json`` names this run's settings (a run that
    stopped goes on where it was; with all policies saved no demos are recorded), and refused when it names others.
+   On development seeds ``--policy-seeds`` picks the policies instead (e.g. the one a change should help most).
    With ``--refine-steps`` N each is then refined by a second BC phase (``refine``: N more steps on the same demos
    from a fresh optimiser at ``--refine-lr``, a warm restart of the cosine schedule), saved beside it under refined/;
    the refined policy gives the figures, the policy before it the ``baseline`` (which has had fewer steps: the
