@@ -206,20 +206,22 @@ def evaluate(env: PickCubeEnv, runner: ChunkPolicyRunner, episodes: int, first_s
     """Success over ``episodes`` episodes seeded from ``first_seed`` (sync, zero inference ticks, the first
     ``execute`` actions of each chunk executed), overall, per asked colour, and per instruction said ([successes,
     episodes]: which words a policy fails on); the failures by how they ended (``failures``: another cube lifted,
-    which ends the episode, or the time limit reached with none lifted)."""
+    which ends the episode, or the time limit reached with none lifted, the grasp point then nearest the asked cube
+    or another: a failed grasp of the right cube, or the wrong cube approached)."""
     clock = SimClock(DelaySampler("fixed", ticks=0))
     executor = ChunkExecutor(SimulatedLatencyClient(runner, clock), env.action_spec, H, eval_chunking(execute))
     loop = EpisodeLoop(env, executor, clock, subscribers=[SeedTorch()])  # the actors' episode loop
     per: dict[str, list[bool]] = {c: [] for c in COLOURS}
     said: dict[str, list[bool]] = {}
-    failures = {"wrong_cube": 0, "time_limit": 0}
+    failures = {"wrong_cube": 0, "time_limit_at_asked": 0, "time_limit_at_other": 0}
     for ep in range(episodes):
         r = loop.run(seed=first_seed + ep, episode_id=ep)
         per[env.target].append(bool(r.success))
         said.setdefault(env.instruction, []).append(bool(r.success))
         if not r.success:  # read from the scene as the episode left it
             wrong = any(env.lift(c) >= env.task.lift_height for c in env.cubes if c != env.target)
-            failures["wrong_cube" if wrong else "time_limit"] += 1
+            nearest = min(env.cubes, key=lambda c: np.linalg.norm(env.grasp_pos() - env.cube_pos(c)))
+            failures["wrong_cube" if wrong else f"time_limit_at_{'asked' if nearest == env.target else 'other'}"] += 1
     n = sum(len(v) for v in per.values())
     return {"success": sum(sum(v) for v in per.values()) / n,
             "per_colour": {c: round(sum(v) / len(v), 4) if v else None for c, v in per.items()},
