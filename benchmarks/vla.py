@@ -145,7 +145,9 @@ NOISE_SCALE = 1.0                                 # policy.noise_scale (--noise-
                                                   # deviation at inference: 0.5, better on development seeds, was
                                                   # worse on the held-out ones (0.64 against 0.72; BENCHMARKS.md)
 WORD_SWAP = 0.0                                   # policy.word_swap (--word-swap): the chance that BC reads a
-                                                  # known word naming no colour as a word drawn from the table
+                                                  # known word naming no colour as a word drawn from the table;
+                                                  # 0.5: paraphrases +7.75 points, trained instructions -12 for
+                                                  # policy 2 on development seeds (BENCHMARKS.md)
 COLOUR_JITTER = 10.0                              # policy.colour_jitter (--colour-jitter): BC's noise on each
                                                   # colour word's CIELAB L, a and b (standard deviation)
 # how a saved policy samples, not what it was trained from: its bc.json is not checked for these
