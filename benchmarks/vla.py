@@ -404,7 +404,7 @@ def main() -> None:
     ap.add_argument("--policies", type=int, default=3)
     ap.add_argument("--policy-seeds", type=int, nargs="+", default=None,
                     help=f"development (another --eval-seed than {EVAL_SEED}): these policies instead of 0 .. "
-                    "--policies - 1, e.g. the one a change should help most")
+                    "--policies - 1 (which it then ignores), e.g. the one a change should help most")
     ap.add_argument("--demos", type=int, default=DEMOS)
     ap.add_argument("--bc-steps", type=int, default=BC_STEPS)
     ap.add_argument("--validation-demos", type=int, default=256,
@@ -478,9 +478,9 @@ def main() -> None:
     if min(args.front_shift_pad, args.wrist_shift_pad) < 0:
         ap.error(f"--front-shift-pad and --wrist-shift-pad must be >= 0 pixels, got {args.front_shift_pad} and "
                  f"{args.wrist_shift_pad}")
-    if not 0 <= args.word_swap < 1 or (args.word_swap and args.text_encoder != "word_vectors"):
-        ap.error(f"--word-swap must be in [0, 1) and needs --text-encoder word_vectors, got {args.word_swap} with "
-                 f"{args.text_encoder}")
+    if not 0 <= args.word_swap < 1 or (args.word_swap and not args.colour_words):
+        ap.error(f"--word-swap must be in [0, 1) and needs --colour-words (which words name a colour), got "
+                 f"{args.word_swap} with colour words {'on' if args.colour_words else 'off'}")
     if args.colour_jitter < 0:
         ap.error(f"--colour-jitter must be >= 0 (CIELAB units), got {args.colour_jitter}")
     if args.policies < 3 and args.eval_seed == EVAL_SEED:
@@ -488,7 +488,7 @@ def main() -> None:
     if args.policy_seeds is not None and (args.eval_seed == EVAL_SEED or min(args.policy_seeds) < 0):
         ap.error(f"--policy-seeds are for development (another --eval-seed than {EVAL_SEED}) and must be >= 0, got "
                  f"{args.policy_seeds} with --eval-seed {args.eval_seed}")
-    seeds = args.policy_seeds if args.policy_seeds is not None else list(range(args.policies))
+    seeds = sorted(set(args.policy_seeds)) if args.policy_seeds is not None else list(range(args.policies))
     torch.set_num_threads(2)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-vla-"))
     print(f"work folder: {workdir} (each policy's checkpoint and bc.json)", flush=True)

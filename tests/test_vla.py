@@ -554,8 +554,10 @@ def test_word_swap_draws_table_words_for_known_words_naming_no_colour_in_trainin
     assert all((table == row).all(-1).any() for row in out[changed][:20])  # each a row of the table
 
 
-def test_word_swap_is_refused_outside_0_1_and_with_word_pieces():
+def test_word_swap_is_refused_outside_0_1_and_without_colour_words():
     with pytest.raises(ValueError, match="word_swap is a probability"):
-        VLAPolicyConfig(word_swap=1.0)
-    with pytest.raises(ValueError, match="word_swap draws whole words"):
-        VLAPolicyConfig(word_swap=0.5, text_encoder="minilm")
+        VLAPolicyConfig(colour_words=True, word_swap=1.0)
+    for other in ({}, {"text_encoder": "minilm"}):  # without colour words the colour word could be swapped too
+        with pytest.raises(ValueError, match="word_swap leaves the colour words as said"):
+            VLAPolicyConfig(word_swap=0.5, **other)
+    assert VLAPolicyConfig(colour_words=True, word_swap=0.5).word_swap == 0.5

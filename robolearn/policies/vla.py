@@ -85,7 +85,7 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
     colour_words: bool = False      # word_vectors: a colour word read by its CIELAB colour (XKCD colour survey,
                                     # policies.colour_words) instead of its vector
     colour_jitter: float = 10.0     # colour_words: training-time N(0, s^2) on each colour word's L, a, b (CIELAB)
-    word_swap: float = 0.0          # word_vectors: training-time chance that a known word naming no colour is read
+    word_swap: float = 0.0          # colour_words: training-time chance that a known word naming no colour is read
                                     # as a word drawn from the whole table (0: never)
     camera_encoder: str = "conv"     # conv: CNN, flattened, projected to camera_features; keypoints: a spatial softmax
                                      # per channel, camera_features / 2 image positions per camera; film_keypoints:
@@ -115,9 +115,9 @@ class VLAPolicyConfig(FlowChunkPolicyConfig):
             raise ValueError(f"policy.colour_jitter must be >= 0, got {self.colour_jitter}")
         if not 0 <= self.word_swap < 1:
             raise ValueError(f"policy.word_swap is a probability in [0, 1), got {self.word_swap}")
-        if self.word_swap and self.text_encoder != "word_vectors":
-            raise ValueError(f"policy.word_swap draws whole words from the word vectors' table: text_encoder="
-                             f"word_vectors only, got {self.text_encoder!r}")
+        if self.word_swap and not self.colour_words:  # which words name a colour is what colour_words reads
+            raise ValueError("policy.word_swap leaves the colour words as said, and knows them by colour_words: set "
+                             "colour_words=true (text_encoder=word_vectors)")
         if self.camera_encoder not in CAMERA_ENCODERS | CONDITIONED:
             raise ValueError(f"policy.camera_encoder must be one of {sorted(CAMERA_ENCODERS | CONDITIONED)}, got "
                              f"{self.camera_encoder!r}")
@@ -146,10 +146,10 @@ class InstructionEncoder(nn.Module):
     N(0, ``colour_jitter``^2) (CIELAB units), so that a colour word the demos never said lands among the trained ones by
     how it looks.
 
-    ``word_swap`` (word vectors only): in training each known word that names no colour is, with that chance, read as
-    a word drawn uniformly from the table's rows instead. A few templates say the same few verbs and nouns; the words
-    a person says instead ("fetch", "brick") were never heard, and swapping teaches the pooling that such words carry
-    nothing it needs, so the colour word decides."""
+    ``word_swap`` (with ``colour_words``): in training each known word that names no colour is, with that chance,
+    read as a word drawn uniformly from the table's rows instead. A few templates say the same few verbs and nouns;
+    the words a person says instead ("fetch", "brick") were never heard, and swapping teaches the pooling that such
+    words carry nothing it needs, so the colour word decides."""
 
     def __init__(self, max_words: int, features: int, heads: int, backbone: str = "word_vectors",
                  colour_words: bool = False, colour_jitter: float = 0.0, word_swap: float = 0.0) -> None:
