@@ -157,6 +157,8 @@ class InstructionEncoder(nn.Module):
         self.max_words = max_words
         self._table = TEXT_ENCODERS[backbone]()  # loads (and checks) the weights now, not at the first request
         self.project = nn.Linear(self._table.width, features)
+        if word_swap and not colour_words:
+            raise ValueError("word_swap knows the colour words it leaves as said by colour_words: set colour_words")
         self.colour_words, self.colour_jitter, self.word_swap = colour_words, colour_jitter, word_swap
         self._swap_rows: torch.Tensor | None = None  # word_swap: the table's vectors on the projection's device
         if colour_words:
@@ -205,12 +207,12 @@ class InstructionEncoder(nn.Module):
     def keys(self, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The projected words (B, W, T) and their mask (B, W)."""
         vectors, mask, *colours = self.lookup(text)
-        named = (colours[0][..., -1:] > 0).to(vectors.dtype) if colours else torch.zeros_like(mask).unsqueeze(-1)
-        if self.training and self.word_swap:                                  # named (B, W, 1): names a colour
-            vectors = self.swapped(vectors, mask.unsqueeze(-1) * (1 - named))
         if not self.colour_words:
             return self.project(vectors), mask
         lab = colours[0]
+        named = (lab[..., -1:] > 0).to(lab.dtype)                             # (B, W, 1): names a colour
+        if self.training and self.word_swap:
+            vectors = self.swapped(vectors, mask.unsqueeze(-1) * (1 - named))
         if self.training and self.colour_jitter:
             noise = torch.randn_like(lab) * (self.colour_jitter * COLOUR_SCALE)  # features are CIELAB * SCALE
             lab = lab + noise * named * lab.new_tensor([1.0, 1.0, 1.0, 0.0])
