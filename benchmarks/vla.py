@@ -478,23 +478,21 @@ def main() -> None:
     if min(args.front_shift_pad, args.wrist_shift_pad) < 0:
         ap.error(f"--front-shift-pad and --wrist-shift-pad must be >= 0 pixels, got {args.front_shift_pad} and "
                  f"{args.wrist_shift_pad}")
-    if not 0 <= args.word_swap < 1 or (args.word_swap and not args.colour_words):
-        ap.error(f"--word-swap must be in [0, 1) and needs --colour-words (which words name a colour), got "
-                 f"{args.word_swap} with colour words {'on' if args.colour_words else 'off'}")
-    if args.colour_jitter < 0:
-        ap.error(f"--colour-jitter must be >= 0 (CIELAB units), got {args.colour_jitter}")
     if args.policies < 3 and args.eval_seed == EVAL_SEED:
         ap.error("--policies must be >= 3 for the figures (medians over policies)")
     if args.policy_seeds is not None and (args.eval_seed == EVAL_SEED or min(args.policy_seeds) < 0):
         ap.error(f"--policy-seeds are for development (another --eval-seed than {EVAL_SEED}) and must be >= 0, got "
                  f"{args.policy_seeds} with --eval-seed {args.eval_seed}")
     seeds = sorted(set(args.policy_seeds)) if args.policy_seeds is not None else list(range(args.policies))
+    try:  # the policy's own checks of the values the options set (--word-swap, --colour-jitter, ...)
+        config = policy_config(args.camera_encoder, args.text_encoder, args.camera_strides, args.colour_words,
+                               args.wrist_shift_pad, args.camera_features, args.fuse_dims, args.noise_scale,
+                               args.front_shift_pad, args.word_swap, args.colour_jitter)
+    except ValueError as e:
+        ap.error(str(e))
     torch.set_num_threads(2)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-vla-"))
     print(f"work folder: {workdir} (each policy's checkpoint and bc.json)", flush=True)
-    config = policy_config(args.camera_encoder, args.text_encoder, args.camera_strides, args.colour_words,
-                           args.wrist_shift_pad, args.camera_features, args.fuse_dims, args.noise_scale,
-                           args.front_shift_pad, args.word_swap, args.colour_jitter)
     train = {c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}
     env = make_env(train, args.scene == "state", args.camera_size)
     perturb = Perturbation(fraction=args.perturb, decoy=args.decoy)  # zero fractions perturb nothing, draw nothing

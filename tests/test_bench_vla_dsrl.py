@@ -230,6 +230,10 @@ def test_bench_vla_evaluates_the_policies_its_workdir_holds_without_recording_de
     with pytest.raises(SystemExit):
         vla.main()
     assert "--front-shift-pad and --wrist-shift-pad must be >= 0 pixels, got -1 and 4" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "argv", [*argv, "--word-swap", "0.5", "--no-colour-words"])  # the policy's own check
+    with pytest.raises(SystemExit):
+        vla.main()
+    assert "policy.word_swap leaves the colour words as said" in capsys.readouterr().err
 
 
 def test_the_gain_is_measured_over_the_best_way_of_serving_the_bc_start():
