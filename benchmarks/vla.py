@@ -88,6 +88,7 @@ from robolearn.learner.bc import (  # noqa: E402
     train_bc,
 )
 from robolearn.policies.encoders import DRQ_STRIDES  # noqa: E402
+from robolearn.policies.text_encoder import words  # noqa: E402
 from robolearn.policies.vla import (  # noqa: E402
     CAMERA_ENCODERS,
     CONDITIONED,
@@ -100,6 +101,16 @@ from robolearn.sim.cube_tasks import PickCubeColorConfig, PickCubeEnv  # noqa: E
 
 COLOURS = ["red", "green", "blue"]
 TRAIN_TEMPLATES = ["pick up the {} cube", "lift the {} cube", "pick the {} cube up", "raise the {} cube"]
+# --templates twenty: sixteen more, with other verbs, nouns and fillers; none of them a word of the PARAPHRASES
+# (checked by unheard_words): more ways to say the task, so that the words of the paraphrases are not the first
+# unfamiliar words the text pathway meets
+MORE_TEMPLATES = ["grasp the {} piece", "hoist the {} item", "retrieve the {} thing", "elevate the {} toy",
+                  "clutch the {} square", "carry the {} dice", "bring me the {} tile", "pluck the {} cube",
+                  "nab that {} piece", "grip the {} item and raise it", "obtain the {} cube", "pull up the {} thing",
+                  "could you lift the {} toy", "now pick up that {} cube", "kindly raise the {} tile",
+                  "go and grasp the {} square"]
+TEMPLATE_SETS = {"four": TRAIN_TEMPLATES, "twenty": TRAIN_TEMPLATES + MORE_TEMPLATES}  # --templates
+TEMPLATES = "four"                                # the --templates default
 PARAPHRASES = {  # never in the training data: other words for the colour, the action and the object
     "red": ["grab the crimson block", "take the scarlet cube", "get the ruby one", "hold up the red block",
             "please grab the red box", "seize the crimson cube", "pick the scarlet block", "fetch the red object",
@@ -112,12 +123,23 @@ PARAPHRASES = {  # never in the training data: other words for the colour, the a
              "please grab the blue box", "seize the navy cube", "pick the azure block", "fetch the blue object",
              "lift up the cobalt block", "grab the sapphire cube", "collect the blue brick", "snatch the navy one"],
 }
+
+
+def unheard_words(templates: list[str]) -> set[str]:
+    """The words of ``templates`` that a paraphrase says and the four TRAIN_TEMPLATES do not (colour words aside):
+    what a template set must not hold for the paraphrases to stay unheard (empty for every set of TEMPLATE_SETS)."""
+    said = {w for ps in PARAPHRASES.values() for p in ps for w in words(p)}
+    first = {w for t in TRAIN_TEMPLATES for w in words(t.format(""))}
+    return {w for t in templates for w in words(t.format(""))} & said - first - set(COLOURS)
+
+
 H, EXECUTE = 10, 5  # the chunk's actions, and the --execute default (bench-vla-dsrl's actors execute 5); 1, a new
                     # chunk every tick, was 2 points worse for each policy on the held-out seeds (BENCHMARKS.md)
 DEMO_SEED, EVAL_SEED = 100_000, 910_000
 VALIDATION_SEED = 60_000  # the held-out demos (--validation-demos): development demos, never trained on here
 CAMERA_SIZE = 64  # both cameras' frames, pixels (--camera-size)
-SAVED_BEFORE = {"camera_size": 64}  # settings a bc.json names since: the value every policy saved before them had
+# settings a bc.json names since: the value every policy saved before them had
+SAVED_BEFORE = {"camera_size": 64, "train_templates": TRAIN_TEMPLATES}
 PERTURB = Perturbation(fraction=1.0, decoy=0.5)  # the demos' bursts and decoys (the --perturb and --decoy defaults)
 DEMOS, BC_STEPS = 1200, 12000                    # the --demos and --bc-steps defaults (bench-vla-dsrl's too):
                                                   # 6,000 steps underfit (0.49 held-out for policy 0), 24,000
@@ -287,12 +309,14 @@ def refined_settings(settings: dict, start: Path, steps: int, lr: float) -> dict
 
 
 def bc_settings(config: VLAPolicyConfig, seed: int, demos: int, perturb: Perturbation, steps: int,
-                batch_size: int, scene: str = "cameras", camera_size: int = CAMERA_SIZE) -> dict:
+                batch_size: int, scene: str = "cameras", camera_size: int = CAMERA_SIZE,
+                templates: list[str] = TRAIN_TEMPLATES) -> dict:
     """What ``behaviour_clone`` trained policy ``seed`` from and how, as JSON values (saved beside its checkpoint as
     ``bc.json``; a policy that bench-vla's ``--workdir`` holds and bench-vla-dsrl's ``--base`` are checked against
     them)."""
     return json.loads(json.dumps({"seed": seed, "demos": demos, "demo_seeds": f"{DEMO_SEED}..{DEMO_SEED + demos - 1}",
-                                  "scene": scene, "camera_size": camera_size, "perturbation": vars(perturb),
+                                  "scene": scene, "camera_size": camera_size, "train_templates": templates,
+                                  "perturbation": vars(perturb),
                                   "bc_steps": steps,
                                   "batch_size": batch_size, "policy": vars(config)}))
 
@@ -457,6 +481,9 @@ def main() -> None:
     ap.add_argument("--refine-lr", type=float, default=REFINE_LR, help="the second BC phase's learning rate")
     ap.add_argument("--camera-size", type=int, default=CAMERA_SIZE,
                     help="both cameras' frames (task.camera_size), pixels")
+    ap.add_argument("--templates", choices=sorted(TEMPLATE_SETS), default=TEMPLATES,
+                    help="the instructions of the demos (and of the trained-instruction evaluation): the four "
+                    "TRAIN_TEMPLATES, or twenty, with sixteen more that say none of the paraphrases' words")
     ap.add_argument("--scene", choices=["cameras", "state"], default="cameras",
                     help="where the cubes' poses come from: the cameras alone, or the state too (task.scene_state)")
     ap.add_argument("--workdir", type=Path, default=None, help="where each policy is saved, policy-<seed>/ "
@@ -493,13 +520,14 @@ def main() -> None:
     torch.set_num_threads(2)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-vla-"))
     print(f"work folder: {workdir} (each policy's checkpoint and bc.json)", flush=True)
-    train = {c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}
+    templates = TEMPLATE_SETS[args.templates]
+    train = {c: [t.format(c) for t in templates] for c in COLOURS}
     env = make_env(train, args.scene == "state", args.camera_size)
     perturb = Perturbation(fraction=args.perturb, decoy=args.decoy)  # zero fractions perturb nothing, draw nothing
 
     def settings_of(seed: int) -> dict:
         return bc_settings(config, seed, args.demos, perturb, args.bc_steps, args.batch_size, args.scene,
-                           args.camera_size)
+                           args.camera_size, templates)
 
     def bc_folder(seed: int) -> Path:
         return workdir / f"policy-{seed}"
@@ -525,6 +553,8 @@ def main() -> None:
         said = {bytes(row).split(b"\0")[0].decode() for row in data.observations["instruction"]}
         heard = {p for ps in PARAPHRASES.values() for p in ps} & said
         assert not heard, f"paraphrases in the training data: {heard}"
+        unheard = unheard_words(sorted(said))
+        assert not unheard, f"paraphrases' words in the training data: {unheard}"
     validation = Validation(record_demos(env, args.validation_demos, perturb, VALIDATION_SEED)) \
         if data is not None and args.validation_demos else None
     validation_seeds = f"{VALIDATION_SEED}..{VALIDATION_SEED + args.validation_demos - 1}"
@@ -611,7 +641,6 @@ def main() -> None:
                                   "execute_horizon": args.execute,
                                   **({"refine": refined_of(seeds[0])["refine"]} if args.refine_steps else {}),
                                   "eval_seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}",
-                                  "train_templates": TRAIN_TEMPLATES,
                                   "paraphrases": PARAPHRASES, "threads": 2})
     print(f"\nvla_success {success}, vla_paraphrase_success {para} -> {path}")
 
