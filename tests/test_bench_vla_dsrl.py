@@ -25,12 +25,14 @@ from vla import (  # noqa: E402
     COLOURS,
     DEMOS,
     PERTURB,
+    TEMPLATE_SETS,
     TRAIN_TEMPLATES,
     bc_settings,
     load_policy,
     make_env,
     policy_config,
     save_policy,
+    unheard_words,
 )
 from vla_dsrl import base_overrides, confirm  # noqa: E402
 
@@ -143,6 +145,21 @@ def test_a_base_is_taken_only_with_the_bc_settings_this_run_would_train(tmp_path
     assert check_base(ckpt, settings)
     with pytest.raises(SystemExit, match=r"camera_size 64 \(this run's: 96\)"):
         check_base(ckpt, bc_settings(config, 0, DEMOS, PERTURB, BC_STEPS, 128, camera_size=96))
+    # and before it named the demos' templates: every policy was trained on the four then
+    del before["settings"]["train_templates"]
+    (ckpt.parent.parent / "bc.json").write_text(json.dumps(before))
+    assert check_base(ckpt, settings)
+    with pytest.raises(SystemExit, match=r"train_templates \['pick up the \{\} cube'.*\(this run's: \[.*'grasp the"):
+        check_base(ckpt, bc_settings(config, 0, DEMOS, PERTURB, BC_STEPS, 128, templates=TEMPLATE_SETS["twenty"]))
+
+
+def test_no_template_set_says_a_word_of_the_paraphrases_the_four_templates_do_not():
+    """The paraphrases stay unheard with every --templates set: their verbs, nouns and colour words are not in it
+    (what the four templates and the paraphrases share, "the", "cube", "pick", "up", "lift" and the colours, aside)."""
+    assert all(not unheard_words(templates) for templates in TEMPLATE_SETS.values())
+    assert len(TEMPLATE_SETS["twenty"]) == len(set(TEMPLATE_SETS["twenty"])) == 20
+    assert unheard_words(["grab the {} cube", "lift the crimson cube", "pick up the red box"]) == {"grab", "crimson",
+                                                                                                   "box"}
 
 
 def test_bench_vla_evaluates_the_policies_its_workdir_holds_without_recording_demos(tmp_path, monkeypatch, capsys):
