@@ -40,6 +40,10 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(-1).view(f"u{a.dtype.itemsize}")
 
 
+def _nbytes(arrays: dict[str, np.ndarray]) -> int:
+    return sum(a.nbytes for a in arrays.values())
+
+
 def _encode_gaps(idx: np.ndarray) -> np.ndarray:
     gaps = np.diff(idx, prepend=0)
     for dtype in (np.uint8, np.uint16, np.uint32, np.uint64):
@@ -65,7 +69,7 @@ class DeltaPublisher:
     def encode(self, version: int, weights: dict[str, np.ndarray],
                force_full: bool = False) -> tuple[dict, dict[str, np.ndarray]]:
         weights = {k: np.array(v, copy=True) for k, v in weights.items()}
-        full_bytes = sum(a.nbytes for a in weights.values())
+        full_bytes = _nbytes(weights)
         meta = {"version": int(version), "sha256": weights_digest(weights), "base_version": self._last_version}
         arrays: dict[str, np.ndarray] = {}
         use_delta = (not force_full and self._last is not None and self._since_full + 1 < self.full_every
@@ -78,7 +82,7 @@ class DeltaPublisher:
                 if changed.size:
                     arrays[name + IDX] = _encode_gaps(changed)
                     arrays[name + VAL] = a.reshape(-1)[changed]
-            if sum(x.nbytes for x in arrays.values()) >= full_bytes:
+            if _nbytes(arrays) >= full_bytes:
                 use_delta = False
         if use_delta:
             meta["kind"] = "delta"
@@ -87,7 +91,7 @@ class DeltaPublisher:
             meta["kind"], arrays = "full", weights
             self._since_full = 0
         self._last, self._last_version, self._last_digest = weights, int(version), meta["sha256"]
-        self.bytes_sent += sum(x.nbytes for x in arrays.values())
+        self.bytes_sent += _nbytes(arrays)
         self.bytes_full += full_bytes
         return meta, arrays
 
@@ -96,7 +100,7 @@ class DeltaPublisher:
         subscriber catches up). RuntimeError before the first ``encode``."""
         if self._last is None:
             raise RuntimeError("no version published yet: nothing to repeat")
-        full_bytes = sum(a.nbytes for a in self._last.values())
+        full_bytes = _nbytes(self._last)
         self.bytes_sent += full_bytes
         self.bytes_full += full_bytes
         return ({"version": self._last_version, "sha256": self._last_digest, "base_version": self._last_version,
