@@ -10,8 +10,8 @@
    ``--bc-steps``, ``--batch-size``, ``--camera-strides``, ``--wrist-shift-pad``, the demos' perturbation, the
    scene, the VLA config). The VLA is bench-vla's default one (``vla.policy_config``, colour words on): bench-vla's
    ``--camera-encoder``, ``--text-encoder``, ``--no-colour-words``, ``--front-shift-pad``, ``--word-swap``,
-   ``--colour-jitter`` and ``--camera-size`` have no counterpart here, so a policy trained with other values is
-   refused as a base.
+   ``--colour-jitter``, ``--templates`` and ``--camera-size`` have no counterpart here, so a policy trained with other
+   values is refused as a base.
 2. Its success on the held-out seeds: vla.py's ``evaluate``, 100 episodes from 910000 (never used while developing),
    sync, the first 5 actions of each 10-action chunk executed.
 3. ``--runs`` runs of the shipped ``robolearn run`` (actor and learner processes, the transitions spooled and
