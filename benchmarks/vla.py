@@ -11,8 +11,8 @@ from the front and wrist cameras, 64 px by default (``--camera-size``), without 
 1. The scripted expert records ``--demos`` episodes (seeds from 100000), each with an instruction drawn from
    TRAIN_TEMPLATES ("pick up the red cube", "lift the red cube", ...; with ``--templates twenty`` also sixteen
    more, MORE_TEMPLATES, with other verbs and nouns, saying no word of the paraphrases that the four do not). In a
-   ``--perturb`` fraction of them a
-   burst of random actions pushes the arm off the expert's path and the expert is seen recovering
+   ``--perturb`` fraction of them a burst of random actions pushes the arm off the expert's path and the expert is
+   seen recovering
    (``learner.bc.Perturbation``, docs/algorithms.md "Demos that show recovery"); ``--decoy`` of them instead start by
    heading for another cube for a few ticks (the expert's plan for it) before the expert turns to the asked one, which
    is what makes the policy act on the instruction. ``--policies`` VLAs are
