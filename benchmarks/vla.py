@@ -176,7 +176,9 @@ WORD_SWAP = 0.0                                   # policy.word_swap (--word-swa
                                                   # 0.5: paraphrases +7.75 points, trained instructions -12 for
                                                   # policy 2 on development seeds (BENCHMARKS.md)
 COLOUR_JITTER = 10.0                              # policy.colour_jitter (--colour-jitter): BC's noise on each
-                                                  # colour word's CIELAB L, a and b (standard deviation)
+                                                  # colour word's CIELAB L, a and b (standard deviation); 30 on
+                                                  # development seeds, policy 2: trained -9 points, paraphrases
+                                                  # -1.25 (BENCHMARKS.md)
 # how a saved policy samples, not what it was trained from: its bc.json is not checked for these
 INFERENCE_ONLY: frozenset[str] = frozenset({"policy.flow_steps", "policy.noise_scale"})
 
