@@ -12,10 +12,9 @@ from the front and wrist cameras, 64 px by default (``--camera-size``), without 
    TRAIN_TEMPLATES ("pick up the red cube", "lift the red cube", ...; with ``--templates twenty`` also sixteen
    more, MORE_TEMPLATES, with other verbs and nouns, saying no word of the paraphrases that the four do not). In a
    ``--perturb`` fraction of them a burst of random actions pushes the arm off the expert's path and the expert is
-   seen recovering
-   (``learner.bc.Perturbation``, docs/algorithms.md "Demos that show recovery"); ``--decoy`` of them instead start by
-   heading for another cube for a few ticks (the expert's plan for it) before the expert turns to the asked one, which
-   is what makes the policy act on the instruction. ``--policies`` VLAs are
+   seen recovering (``learner.bc.Perturbation``, docs/algorithms.md "Demos that show recovery"); ``--decoy`` of them
+   instead start by heading for another cube for a few ticks (the expert's plan for it) before the expert turns to the
+   asked one, which is what makes the policy act on the instruction. ``--policies`` VLAs are
    behaviour-cloned on them (``learner.bc.train_bc``; seed i sets the initial weights and the batch order), each saved
    to ``--workdir``/policy-<i> (a robolearn checkpoint and ``bc.json``, what it was trained from). A policy that
    ``--workdir`` already holds is loaded instead of trained when its ``bc.json`` names this run's settings (a run that
