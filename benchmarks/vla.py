@@ -129,6 +129,11 @@ PARAPHRASES = {  # never in the training data: other words for the colour, the a
 }
 
 
+def instructions(templates: list[str] = TRAIN_TEMPLATES) -> dict[str, list[str]]:
+    """Each colour's sentences from ``templates`` (``task.instructions``)."""
+    return {c: [t.format(c) for t in templates] for c in COLOURS}
+
+
 def unheard_words(templates: list[str]) -> set[str]:
     """The words of ``templates`` that a paraphrase says and the four TRAIN_TEMPLATES do not (colour words aside):
     what a template set must not hold for the paraphrases to stay unheard (empty for every set of TEMPLATE_SETS)."""
@@ -528,8 +533,7 @@ def main() -> None:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-vla-"))
     print(f"work folder: {workdir} (each policy's checkpoint and bc.json)", flush=True)
     templates = TEMPLATE_SETS[args.templates]
-    train = {c: [t.format(c) for t in templates] for c in COLOURS}
-    env = make_env(train, args.scene == "state", args.camera_size)
+    env = make_env(instructions(templates), args.scene == "state", args.camera_size)
     perturb = Perturbation(fraction=args.perturb, decoy=args.decoy)  # zero fractions perturb nothing, draw nothing
 
     def settings_of(seed: int) -> dict:

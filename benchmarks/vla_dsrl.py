@@ -71,7 +71,6 @@ from vla import (  # noqa: E402
     BC_STEPS,
     CAMERA_FEATURES,
     CAMERA_STRIDES,
-    COLOURS,
     DEMOS,
     EVAL_CHUNKING,
     EVAL_SEED,
@@ -79,12 +78,12 @@ from vla import (  # noqa: E402
     FUSE_DIMS,
     NOISE_SCALE,
     PERTURB,
-    TRAIN_TEMPLATES,
     WRIST_SHIFT_PAD,
     H,
     bc_settings,
     behaviour_clone,
     evaluate,
+    instructions,
     load_policy,
     policy_config,
     record_demos,
@@ -331,7 +330,7 @@ def main() -> None:
     config = policy_config(camera_strides=args.camera_strides, wrist_shift_pad=args.wrist_shift_pad,
                            camera_features=args.camera_features, fuse_dims=args.fuse_dims,
                            noise_scale=args.noise_scale)
-    task = task_config({c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}, scene_state=False)
+    task = task_config(instructions(), scene_state=False)
     env = PickCubeEnv(task)
     t0 = time.perf_counter()
     def held_out(policy: torch.nn.Module, first_seed: int = args.eval_seed) -> dict:

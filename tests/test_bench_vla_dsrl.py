@@ -28,6 +28,7 @@ from vla import (  # noqa: E402
     TEMPLATE_SETS,
     TRAIN_TEMPLATES,
     bc_settings,
+    instructions,
     load_policy,
     make_env,
     policy_config,
@@ -89,7 +90,7 @@ def test_a_confirmation_takes_only_the_figures_own_runs_settings_and_unused_seed
 
 
 def check_base(ckpt: Path, settings: dict) -> dict:
-    env = make_env({c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}, scene_state=False)
+    env = make_env(instructions(), scene_state=False)
     try:
         policy, record = load_policy(env, policy_config(), ckpt, settings, "--base")
     finally:
@@ -98,7 +99,7 @@ def check_base(ckpt: Path, settings: dict) -> dict:
 
 
 def test_a_base_is_taken_only_with_the_bc_settings_this_run_would_train(tmp_path):
-    env = make_env({c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}, scene_state=False)
+    env = make_env(instructions(), scene_state=False)
     config = policy_config()
     policy = VLAPolicy(env.observation_spec, env.action_spec, config)
     env.close()
@@ -167,7 +168,7 @@ def test_bench_vla_evaluates_the_policies_its_workdir_holds_without_recording_de
     run's settings no demo is recorded and no policy trained; a saved policy trained otherwise stops the run before
     any work."""
     import vla
-    env = make_env({c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}, scene_state=False)
+    env = make_env(instructions(), scene_state=False)
     config = policy_config()
     torch.manual_seed(0)
     policy = VLAPolicy(env.observation_spec, env.action_spec, config)
@@ -256,7 +257,7 @@ def test_bench_vla_evaluates_the_policies_its_workdir_holds_without_recording_de
 def test_the_gain_is_measured_over_the_best_way_of_serving_the_bc_start():
     """The baseline is the best of the BC start sampled at each baseline noise scale and from zero noise; the policy
     serves at its own scale again afterwards."""
-    env = make_env({c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}, scene_state=False)
+    env = make_env(instructions(), scene_state=False)
     config = policy_config()
     torch.manual_seed(0)
     policy = VLAPolicy(env.observation_spec, env.action_spec, config)
@@ -330,7 +331,7 @@ def test_bench_vla_refines_each_policy_and_evaluates_the_one_before_it_beside_it
     settings = bc_settings(policy_config(), 0, 2, PERTURB, 2, 128)
     with pytest.raises(SystemExit, match=r"differs in refine.steps 2 \(this run's: none\)"):
         check_base(refined_ckpt, settings)  # a refined policy is not the BC start bench-vla-dsrl asks for
-    env = make_env({c: [t.format(c) for t in TRAIN_TEMPLATES] for c in COLOURS}, scene_state=False)
+    env = make_env(instructions(), scene_state=False)
     torch.manual_seed(1)
     save_policy(tmp_path / "policy-0", VLAPolicy(env.observation_spec, env.action_spec, policy_config()), settings,
                 {"seed": 0, "final_loss": 0.5, "seconds": 1.0})  # the start trained again: another start
