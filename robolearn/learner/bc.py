@@ -13,17 +13,24 @@ recovery"): a few ticks of a random action push the arm off the expert's path, t
 label, and the expert is then seen recovering. A decoy burst instead executes the expert's plan for another goal
 (pick_cube_color: another cube) for a few ticks at the start, so the demos show the arm turning from the wrong cube
 to the one the instruction names.
+
+DAgger (``OracleLabels``): the states a cloned policy's own mistakes lead to, labelled by the scripted expert's plan
+from there, trained on beside the demos.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from robolearn.hardware.task import TaskEnv
+
+if TYPE_CHECKING:  # the actors' loop calls OracleLabels; the learner does not import the actor
+    from robolearn.actor.episode import EpisodeResult, StepRecord
 
 
 @dataclass(frozen=True)
@@ -182,6 +189,68 @@ def expert_demos(env: TaskEnv, episodes: int, horizon: int, seed: int = 0, actio
                   flush=True)
     return ChunkDataset(np.concatenate(all_s), np.concatenate(all_c), np.concatenate(all_v), episodes, successes,
                         np.concatenate(all_f) if past else None, {k: np.stack(v) for k, v in kept.items()})
+
+
+def joined(*parts: ChunkDataset) -> ChunkDataset:
+    """One dataset of the pairs of ``parts`` (demos and oracle-labelled rollouts, say), in order; they must keep the
+    same observations and no ``past_index`` (its rows would point into another part)."""
+    keys = {frozenset(p.observations) for p in parts}
+    if len(keys) != 1 or any(p.past_index is not None for p in parts):
+        raise ValueError(f"joined: datasets must keep the same observations and no past observations, got "
+                         f"{[sorted(p.observations) for p in parts]}, past_index "
+                         f"{[p.past_index is not None for p in parts]}")
+    return ChunkDataset(np.concatenate([p.states for p in parts]), np.concatenate([p.chunks for p in parts]),
+                        np.concatenate([p.valid for p in parts]), sum(p.episodes for p in parts),
+                        sum(p.successes for p in parts), None,
+                        {k: np.concatenate([p.observations[k] for p in parts]) for k in parts[0].observations})
+
+
+class OracleLabels:
+    """DAgger's data (Ross, Gordon and Bagnell, 2011), gathered as an episode subscriber of the actors' loop
+    (``actor.episode.EpisodeLoop``): the policy drives, and before each tick executes (``on_apply``) the env's oracle
+    labels the state the policy reached with the scripted expert's next ``horizon`` actions from there
+    (``env.expert_chunk``: the expert's plan started from the scene, which is left as it was); ``on_step`` pairs the
+    label with the observation the tick's action was chosen on. ``dataset()``: the pairs as ``expert_demos`` makes
+    its own (labels normalised, positions after the expert's lifting action or past the time limit masked), to train
+    on beside the demos: what to do in the states the policy's own mistakes lead to, which demos never show
+    (docs/algorithms.md, "DAgger"). ``keys``: observations kept besides the state."""
+
+    def __init__(self, env: TaskEnv, horizon: int, keys: tuple[str, ...] | list[str] = ()) -> None:
+        if not hasattr(env, "expert_chunk"):
+            raise ValueError(f"OracleLabels: {type(env).__name__} has no oracle (expert_chunk) to label the states a "
+                             "policy reaches; pick_cube and pick_cube_color have")
+        self.env, self.horizon = env, horizon
+        self._label: np.ndarray | None = None
+        self._states: list[np.ndarray] = []
+        self._chunks: list[np.ndarray] = []
+        self._valid: list[np.ndarray] = []
+        self._kept: dict[str, list[np.ndarray]] = {k: [] for k in keys if k != "state"}
+        self.episodes = self.successes = 0
+
+    def on_apply(self, episode_id: int, step: int) -> None:  # noqa: ARG002
+        self._label = self.env.expert_chunk(self.horizon)  # the scene is the one the tick's observation showed
+
+    def on_step(self, record: StepRecord) -> None:
+        if self._label is None:
+            raise RuntimeError("OracleLabels.on_step before on_apply: subscribe it to the episode loop")
+        label, self._label = self._label, None
+        chunk = np.zeros((self.horizon, self.env.action_spec.dim), np.float32)  # normalised 0: the hold action
+        chunk[:len(label)] = self.env.action_spec.to_normalised(label)
+        self._chunks.append(chunk)
+        self._valid.append((np.arange(self.horizon) < len(label)).astype(np.float32))
+        self._states.append(record.obs["state"])
+        for k, kept in self._kept.items():
+            kept.append(record.obs[k])
+
+    def on_episode_end(self, result: EpisodeResult) -> None:
+        self.episodes += 1
+        self.successes += int(result.success)
+
+    def dataset(self) -> ChunkDataset:
+        if not self._states:
+            raise ValueError("OracleLabels.dataset: no tick labelled yet")
+        return ChunkDataset(np.asarray(self._states, np.float32), np.stack(self._chunks), np.stack(self._valid),
+                            self.episodes, self.successes, None, {k: np.stack(v) for k, v in self._kept.items()})
 
 
 class _Rows:

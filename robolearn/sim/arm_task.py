@@ -7,6 +7,8 @@ observation is a ``state`` vector the task defines plus the uint8 images of the 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import gymnasium as gym
@@ -119,6 +121,20 @@ class ArmTaskEnv(gym.Env):
         self.robot.send_action(before + delta)
         self._tick += 1
         return (self.robot.commanded_positions() - before).astype(np.float32)
+
+    @contextmanager
+    def scene_kept(self) -> Iterator[None]:
+        """Whatever the block does to the simulated scene (ticks stepped, servos commanded) is undone after it: the
+        MuJoCo state (contacts too) and the tick counter are put back as they were. A look ahead, such as the
+        scripted expert's next actions from here (DAgger's oracle), without the episode seeing it."""
+        kept = mujoco.MjData(self.robot.model)
+        mujoco.mj_copyData(kept, self.robot.model, self.robot.data)
+        tick = self._tick
+        try:
+            yield
+        finally:
+            mujoco.mj_copyData(self.robot.data, self.robot.model, kept)
+            self._tick = tick
 
     def commanded(self) -> np.ndarray:
         """Where the servos are told to be (robot units): what a chunk of delta actions adds up from."""

@@ -36,6 +36,9 @@ from robolearn.specs import ObservationSpec, encode_text, text_spec
 COLOURS = {"red": (0.85, 0.15, 0.15), "green": (0.15, 0.7, 0.2), "blue": (0.15, 0.3, 0.9)}
 FLOOR_RGB = (0.3, 0.3, 0.35)
 GRIPPER_OPEN, GRIPPER_CLOSED, GRIPPER_PUSH = 45.0, 0.0, 9.0  # 0..100 units
+# the pick expert's plan (m): its approach point over the cube, how near counts as there and at the grasp pose, how
+# far the grasp point may drift from the cube (x, y) while descending, and how high a cube counts as lifted
+ABOVE_M, AT_ABOVE_M, AT_GRASP_M, DRIFT_M, LIFTED_M = 0.06, 0.01, 0.006, 0.02, 0.005
 GOAL_RGBA = (0.1, 0.8, 0.3, 0.35)
 PUSH_GAP = 0.008  # m, the pushing fingertips' place behind the cube's face and above the floor
 PUSH_TILT = 0.4  # rad the pushing fingers lean outward: reaches the far side of cubes near the edge
@@ -366,26 +369,72 @@ class PickCubeEnv(CubeTaskEnv):
         action, self._phases[name] = self._plan(name, self._phases.get(name, "approach"))
         return action
 
+    def expert_phase(self, cube: str) -> str:
+        """The expert's phase in its plan for ``cube`` read off the scene alone, not carried from the ticks before:
+        where a plan starts from a state someone else drove to (``expert_chunk``). The jaws told to close and on
+        the cube: ``lift`` once it is off the table or they are closed and still, else ``close``; told to close
+        within 1 cm of the grasp pose: ``close``; within the drift radius of the cube (x, y) and 1 cm under the
+        approach point, or at it: ``descend`` (whose step at the grasp pose turns to ``close``, as the plan's does);
+        else ``approach``. On the expert's own ticks it names the phase the plan is in except at a phase change,
+        which it may name a tick early (docs/algorithms.md, "DAgger")."""
+        pos = self.cube_pos(cube)
+        above, grasp = self._expert_points(pos)
+        closing = self.robot.commanded_positions()[5] < GRIPPER_OPEN - 5.0
+        if closing and self.touching(cube):
+            return "lift" if self.lift(cube) >= LIFTED_M or self._jaws_closed() else "close"
+        if closing and self._at(grasp, 0.01):
+            return "close"
+        here = self.grasp_pos()
+        near = np.linalg.norm(here[:2] - pos[:2]) < DRIFT_M
+        return "descend" if near and (here[2] < above[2] - 0.01 or self._at(above, AT_ABOVE_M)) else "approach"
+
+    def expert_chunk(self, horizon: int) -> np.ndarray:
+        """The scripted expert's next ``horizon`` actions (robot units, (h, 6)) from the scene as it is, its plan for
+        the asked cube started at ``expert_phase``: the label of a state whoever drove there (DAgger's oracle,
+        ``learner.bc.OracleLabels``). h < horizon when the cube is lifted first (the episode would end there; the
+        lifting action is included) or the time limit comes. The scene, the tick and the expert's own plans are
+        as they were afterwards."""
+        if horizon < 1:
+            raise ValueError(f"expert_chunk: horizon must be >= 1, got {horizon}")
+        plans, actions = self._phases, []
+        self._phases = {self.target: self.expert_phase(self.target)}
+        try:
+            with self.scene_kept():
+                while len(actions) < horizon and self._tick < self.task.episode_ticks:
+                    actions.append(self.expert_action())
+                    self._apply_delta(actions[-1])
+                    if self.success():
+                        break
+        finally:
+            self._phases = plans
+        return np.asarray(actions, np.float32).reshape(-1, self.action_spec.dim)
+
+    def _expert_points(self, cube: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where the expert's plan for a cube at ``cube`` (m) puts the grasp point: above it, and at the grasp."""
+        return cube + np.array([0.0, 0.0, ABOVE_M]), np.array([cube[0], cube[1], self.half + 0.004])
+
+    def _jaws_closed(self) -> bool:
+        """The gripper shut (under 20 units) and still: what ends the expert's ``close``."""
+        return bool(self.robot.joint_positions()[5] < 20.0 and abs(self.robot.get_observation()["state"][11]) < 5.0)
+
     def _plan(self, name: str, phase: str) -> tuple[np.ndarray, str]:
         """The expert's action toward cube ``name`` in ``phase``, and the phase after it."""
         cube = self.cube_pos(name)
         yaw = self._jaw_yaw_for(name)
-        above = cube + np.array([0.0, 0.0, 0.06])
-        grasp = np.array([cube[0], cube[1], self.half + 0.004])
-        grip_now = self.robot.joint_positions()[5]
+        above, grasp = self._expert_points(cube)
         if phase == "approach":
-            return self._move_to(above, yaw, GRIPPER_OPEN), "descend" if self._at(above, 0.01) else phase
+            return self._move_to(above, yaw, GRIPPER_OPEN), "descend" if self._at(above, AT_ABOVE_M) else phase
         if phase == "descend":
-            if self._at(grasp, 0.006):
+            if self._at(grasp, AT_GRASP_M):
                 phase = "close"
-            elif np.linalg.norm(self.grasp_pos()[:2] - cube[:2]) > 0.02:
+            elif np.linalg.norm(self.grasp_pos()[:2] - cube[:2]) > DRIFT_M:
                 phase = "approach"  # the cube moved away: go back above it
             return self._move_to(grasp, yaw, GRIPPER_OPEN), phase
         if phase == "close":
-            if grip_now < 20.0 and abs(self.robot.get_observation()["state"][11]) < 5.0:
+            if self._jaws_closed():
                 phase = "lift"
             return self._move_to(self.grasp_pos(), yaw, GRIPPER_CLOSED), phase
-        if not self.touching(name) and self.lift(name) < 0.005:
+        if not self.touching(name) and self.lift(name) < LIFTED_M:
             phase = "approach"  # dropped or missed: try again
         up = self.grasp_pos()
         up[2] = self.half + self.task.lift_height + 0.03
