@@ -24,6 +24,10 @@ from the front and wrist cameras, 64 px by default (``--camera-size``), without 
    from a fresh optimiser at ``--refine-lr``, a warm restart of the cosine schedule), saved beside it under refined/;
    the refined policy gives the figures, the policy before it the ``baseline`` (which has had fewer steps: the
    comparison is N more steps at the lower rate against none, not against as many steps in one phase).
+   With ``--dagger`` M too, one round of DAgger: before the refinement the BC policy drives M episodes (seeds from
+   300000, served as in the evaluation below) and every tick is labelled by the scripted expert's oracle, its plan
+   started from the state the policy reached (``learner.bc.OracleLabels``, ``PickCubeEnv.expert_chunk``); the
+   refinement trains on the demos and these labels together (docs/algorithms.md, "DAgger").
    While a policy trains, its BC loss on ``--validation-demos`` demos it never trains on (seeds from 60000, recorded
    as the training demos are) is logged at every tenth of the steps (``bc[i].held_out_loss`` and
    ``bc[i].held_out_demo_seeds`` in the results, ``bc[i].refined.held_out_loss`` at every quarter of a
@@ -84,9 +88,11 @@ from robolearn.inference.server import PolicyServer  # noqa: E402
 from robolearn.learner.bc import (  # noqa: E402
     BCHistory,
     ChunkDataset,
+    OracleLabels,
     Perturbation,
     Validation,
     expert_demos,
+    joined,
     train_bc,
 )
 from robolearn.policies.encoders import DRQ_STRIDES  # noqa: E402
@@ -172,6 +178,9 @@ REFINE_STEPS, REFINE_LR = 0, 3e-4                 # --refine-steps, --refine-lr:
                                                   # 0.65 -> 0.72, policies 0 and 1 0.74 -> 0.725 and 0.665 -> 0.725
                                                   # (BENCHMARKS.md): not enough to be the default
 REFINE_SEED = 1000                                # + the policy's seed: the refinement's batch order
+DAGGER, DAGGER_SEED = 0, 300_000                  # --dagger: episodes of the BC policy labelled by the scripted
+                                                  # expert's oracle, added to the refinement's demos (0: none);
+                                                  # their seeds, used by nothing else
 NOISE_SCALE = 1.0                                 # policy.noise_scale (--noise-scale), the start noise's standard
                                                   # deviation at inference: 0.5, better on development seeds, was
                                                   # worse on the held-out ones (0.64 against 0.72; BENCHMARKS.md)
@@ -236,6 +245,33 @@ def eval_chunking(execute: int = EXECUTE) -> ChunkingConfig:
 EVAL_CHUNKING = eval_chunking()  # how bench-vla-dsrl's actors and evaluations execute chunks
 
 
+def episode_loop(env: PickCubeEnv, runner: ChunkPolicyRunner, execute: int = EXECUTE,
+                 subscribers: tuple = ()) -> EpisodeLoop:
+    """The actors' episode loop and chunk executor running ``runner``'s policy as bench-vla serves it (sync, zero
+    inference ticks, the first ``execute`` actions of each chunk), torch seeded per episode, then ``subscribers``."""
+    clock = SimClock(DelaySampler("fixed", ticks=0))
+    executor = ChunkExecutor(SimulatedLatencyClient(runner, clock), env.action_spec, H, eval_chunking(execute))
+    return EpisodeLoop(env, executor, clock, subscribers=[SeedTorch(), *subscribers])
+
+
+def oracle_rollouts(env: PickCubeEnv, policy: VLAPolicy, episodes: int, execute: int = EXECUTE) -> tuple[
+        ChunkDataset, dict]:
+    """DAgger's data for ``policy``: ``episodes`` episodes from DAGGER_SEED that it drives as the benchmark serves it,
+    every tick labelled by the scripted expert's oracle (``learner.bc.OracleLabels``), and what they were."""
+    labels = OracleLabels(env, H, keys=("instruction", "front", "wrist"))
+    loop = episode_loop(env, ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim), execute, (labels,))
+    t0 = time.perf_counter()
+    for ep in range(episodes):
+        loop.run(seed=DAGGER_SEED + ep, episode_id=ep)
+        if (ep + 1) % 40 == 0:
+            print(f"  dagger rollouts {ep + 1}/{episodes}: {labels.successes} successes "
+                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    data = labels.dataset()
+    return data, {"episodes": episodes, "seeds": f"{DAGGER_SEED}..{DAGGER_SEED + episodes - 1}",
+                  "successes": data.successes, "frames": len(data.states),
+                  "seconds": round(time.perf_counter() - t0, 1)}
+
+
 def evaluate(env: PickCubeEnv, runner: ChunkPolicyRunner, episodes: int, first_seed: int,
              execute: int = EXECUTE) -> dict:
     """Success over ``episodes`` episodes seeded from ``first_seed`` (sync, zero inference ticks, the first
@@ -243,9 +279,7 @@ def evaluate(env: PickCubeEnv, runner: ChunkPolicyRunner, episodes: int, first_s
     episodes]: which words a policy fails on); the failures by how they ended (``failures``: another cube lifted,
     which ends the episode, or the time limit reached with none lifted, the grasp point then nearest the asked cube
     or another: a failed grasp of the right cube, or the wrong cube approached)."""
-    clock = SimClock(DelaySampler("fixed", ticks=0))
-    executor = ChunkExecutor(SimulatedLatencyClient(runner, clock), env.action_spec, H, eval_chunking(execute))
-    loop = EpisodeLoop(env, executor, clock, subscribers=[SeedTorch()])  # the actors' episode loop
+    loop = episode_loop(env, runner, execute)
     per: dict[str, list[bool]] = {c: [] for c in COLOURS}
     said: dict[str, list[bool]] = {}
     failures = {"wrong_cube": 0, "time_limit_at_asked": 0, "time_limit_at_other": 0}
@@ -311,12 +345,15 @@ def refine(env: PickCubeEnv, policy: VLAPolicy, data: ChunkDataset, seed: int, s
                      **phase_record(history, t0, validation is not None)}
 
 
-def refined_settings(settings: dict, start: Path, steps: int, lr: float) -> dict:
+def refined_settings(settings: dict, start: Path, steps: int, lr: float, dagger: int = DAGGER,
+                     execute: int = EXECUTE) -> dict:
     """A refined policy's settings (saved as its bc.json under its BC start's folder, refined/): the start's
     ``bc_settings``, the refinement, and the sha256 of the ``start`` checkpoint it was refined from (a start trained
-    again is another start)."""
+    again is another start); with ``dagger`` rollouts among its data, how many, from which seed, and how many actions
+    of each chunk they executed."""
+    rollouts = {"dagger": {"episodes": dagger, "first_seed": DAGGER_SEED, "execute": execute}} if dagger else {}
     return {**settings, "refine": {"steps": steps, "lr": lr,
-                                   "start_sha256": hashlib.sha256(start.read_bytes()).hexdigest()}}
+                                   "start_sha256": hashlib.sha256(start.read_bytes()).hexdigest(), **rollouts}}
 
 
 def bc_settings(config: VLAPolicyConfig, seed: int, demos: int, perturb: Perturbation, steps: int,
@@ -490,6 +527,10 @@ def main() -> None:
                     "--refine-lr, evaluated as the figure, and the policy before it beside it on the same episodes "
                     "('baseline'); 0: none")
     ap.add_argument("--refine-lr", type=float, default=REFINE_LR, help="the second BC phase's learning rate")
+    ap.add_argument("--dagger", type=int, default=DAGGER,
+                    help="DAgger: this many episodes (seeds from DAGGER_SEED) that the BC policy drives as it is "
+                    "served, every tick labelled by the scripted expert's oracle, added to the demos of the "
+                    "refinement (needs --refine-steps); 0: none")
     ap.add_argument("--camera-size", type=int, default=CAMERA_SIZE,
                     help="both cameras' frames (task.camera_size), pixels")
     ap.add_argument("--templates", choices=sorted(TEMPLATE_SETS), default=TEMPLATES,
@@ -514,6 +555,9 @@ def main() -> None:
         ap.error(f"--camera-size must be >= 16 pixels, got {args.camera_size}")
     if args.refine_steps < 0 or args.refine_lr <= 0:
         ap.error(f"--refine-steps must be >= 0 and --refine-lr > 0, got {args.refine_steps} and {args.refine_lr}")
+    if args.dagger < 0 or (args.dagger and not args.refine_steps):
+        ap.error(f"--dagger must be >= 0, and its rollouts are trained on in the refinement: add --refine-steps "
+                 f"(got --dagger {args.dagger}, --refine-steps {args.refine_steps})")
     if min(args.front_shift_pad, args.wrist_shift_pad) < 0:
         ap.error(f"--front-shift-pad and --wrist-shift-pad must be >= 0 pixels, got {args.front_shift_pad} and "
                  f"{args.wrist_shift_pad}")
@@ -548,7 +592,7 @@ def main() -> None:
 
     def refined_of(seed: int) -> dict:  # once policy seed's BC checkpoint is saved
         return refined_settings(settings_of(seed), RunDir(bc_folder(seed)).checkpoint, args.refine_steps,
-                                args.refine_lr)
+                                args.refine_lr, args.dagger, args.execute)
 
     # a policy that --workdir already holds, trained with this run's settings, is evaluated as saved (a run that
     # stopped part-way goes on from its last saved policy); one trained otherwise stops the run before any work
@@ -593,9 +637,12 @@ def main() -> None:
                 policy, refinement = refined_saved[seed]
                 print(f"policy {seed}: refined, loaded from {refinement['checkpoint']}", flush=True)
             else:
-                policy, refinement = refine(env, bc_policy, data, seed, args.refine_steps, args.refine_lr,
-                                            args.batch_size, validation)
-                refinement = kept(refined_folder(seed), policy, refined_of(seed), refinement)
+                rollouts, made = oracle_rollouts(env, bc_policy, args.dagger, args.execute) if args.dagger \
+                    else (None, {})
+                policy, refinement = refine(env, bc_policy, data if rollouts is None else joined(data, rollouts),
+                                            seed, args.refine_steps, args.refine_lr, args.batch_size, validation)
+                refinement = kept(refined_folder(seed), policy, refined_of(seed),
+                                  {**refinement, **({"dagger": made} if made else {})})
             record = {**record, "refined": refinement}
         bc.append(record)
         runner = ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim)

@@ -339,3 +339,58 @@ def test_bench_vla_refines_each_policy_and_evaluates_the_one_before_it_beside_it
     monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(SystemExit, match=r"refined.* differs in refine.start_sha256"):
         vla.main()
+
+
+def test_bench_vla_dagger_refines_on_the_demos_and_the_oracles_labels_of_the_bc_policys_own_episodes(
+        tmp_path, monkeypatch, capsys):
+    """--dagger M: before its refinement the BC policy drives M episodes, every tick labelled by the scripted
+    expert's oracle, and the refinement trains on the demos and those labels: as many rows as the demos' frames plus
+    the ticks the rollouts executed (counted at the env). The refined policy's settings name the rollouts, so a run
+    with others does not take it for its own; --dagger without a refinement to train on them is refused."""
+    import vla
+    demo_frames, executed, trained_on = [], [], []
+    record_demos, oracle_rollouts, refine = vla.record_demos, vla.oracle_rollouts, vla.refine
+
+    def recorded(*args, **kwargs):
+        demo_frames.append(len((data := record_demos(*args, **kwargs)).states))
+        return data
+
+    def rolled_out(env, *args, **kwargs):
+        step, steps = env.step, []
+
+        def counted(action):
+            steps.append(action)
+            return step(action)
+        env.step = counted
+        try:
+            made = oracle_rollouts(env, *args, **kwargs)
+        finally:
+            del env.step
+        executed.append(len(steps))
+        return made
+
+    def refined(env, policy, data, *args, **kwargs):
+        trained_on.append(len(data.states))
+        return refine(env, policy, data, *args, **kwargs)
+    monkeypatch.setattr(vla, "record_demos", recorded)
+    monkeypatch.setattr(vla, "oracle_rollouts", rolled_out)
+    monkeypatch.setattr(vla, "refine", refined)
+    argv = ["vla.py", "--policies", "1", "--episodes", "1", "--rtt-requests", "2", "--eval-seed", "50000",
+            "--demos", "2", "--validation-demos", "1", "--bc-steps", "2", "--refine-steps", "2", "--dagger", "1",
+            "--workdir", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", argv)
+    vla.main()
+    assert len(demo_frames) == 2 and len(executed) == 1  # the training demos, then the held-out ones; one rollout
+    assert trained_on == [demo_frames[0] + executed[0]]
+    result = json.loads((tmp_path / "vla.json").read_text())
+    assert result["settings"]["refine"]["dagger"] == {"episodes": 1, "first_seed": vla.DAGGER_SEED, "execute": 5}
+    rollouts = result["bc"][0]["refined"]["dagger"]
+    assert (rollouts["episodes"], rollouts["frames"]) == (1, executed[0])
+    assert rollouts["seeds"] == f"{vla.DAGGER_SEED}..{vla.DAGGER_SEED}"
+    monkeypatch.setattr(sys, "argv", [*argv[:-3], "2", *argv[-2:]])  # --dagger 2
+    with pytest.raises(SystemExit, match=r"refined.* differs in refine.dagger"):
+        vla.main()
+    monkeypatch.setattr(sys, "argv", ["vla.py", "--dagger", "3", "--eval-seed", "50000"])
+    with pytest.raises(SystemExit):
+        vla.main()
+    assert "--dagger must be >= 0, and its rollouts are trained on in the refinement" in capsys.readouterr().err
