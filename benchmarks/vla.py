@@ -1,7 +1,8 @@
 """The VLA (``policy=vla``) on pick_cube_color from images and instructions: success per colour, on paraphrases
 never seen in training, and its inference time through the policy server.
 
-    make bench-vla        (python benchmarks/vla.py [--policies 3] [--demos 1200] [--bc-steps 12000] [--episodes 100])
+    make bench-vla        (python benchmarks/vla.py [--policies 3] [--demos 1200] [--bc-steps 12000]
+                           [--refine-steps 4000] [--dagger 240] [--episodes 100])
 
 Task: ``pick_cube_color`` with ``task.language=true`` (the instruction is an observation, no one-hot) and
 ``task.scene_state=false`` (the state is the arm's joints and grasp point only: where the three cubes are comes
@@ -20,14 +21,15 @@ from the front and wrist cameras, 64 px by default (``--camera-size``), without 
    ``--workdir`` already holds is loaded instead of trained when its ``bc.json`` names this run's settings (a run that
    stopped goes on where it was; with all policies saved no demos are recorded), and refused when it names others.
    On development seeds ``--policy-seeds`` picks the policies instead (e.g. the one a change should help most).
-   With ``--refine-steps`` N each is then refined by a second BC phase (``refine``: N more steps on the same demos
-   from a fresh optimiser at ``--refine-lr``, a warm restart of the cosine schedule), saved beside it under refined/;
-   the refined policy gives the figures, the policy before it the ``baseline`` (which has had fewer steps: the
-   comparison is N more steps at the lower rate against none, not against as many steps in one phase).
-   With ``--dagger`` M too, one round of DAgger: before the refinement the BC policy drives M episodes (seeds from
-   300000, served as in the evaluation below) and every tick is labelled by the scripted expert's oracle, its plan
-   started from the state the policy reached (``learner.bc.OracleLabels``, ``PickCubeEnv.expert_chunk``); the
-   refinement trains on the demos and these labels together (docs/algorithms.md, "DAgger").
+   With ``--refine-steps`` N (4,000 by default; 0: plain BC) each is then refined by a second BC phase (``refine``:
+   N more steps on the same demos from a fresh optimiser at ``--refine-lr``, a warm restart of the cosine schedule),
+   saved beside it under refined/; the refined policy gives the figures, the policy before it the ``baseline``
+   (which has had fewer steps: the comparison is N more steps at the lower rate against none, not against as many
+   steps in one phase). With ``--dagger`` M too (240 by default), one round of DAgger: before the refinement the BC
+   policy drives M episodes (seeds from 300000, served as in the evaluation below) and every tick is labelled by the
+   scripted expert's oracle, its plan started from the state the policy reached (``learner.bc.OracleLabels``,
+   ``PickCubeEnv.expert_chunk``); the refinement trains on the demos and these labels together (docs/algorithms.md,
+   "DAgger").
    While a policy trains, its BC loss on ``--validation-demos`` demos it never trains on (seeds from 60000, recorded
    as the training demos are) is logged at every tenth of the steps (``bc[i].held_out_loss`` and
    ``bc[i].held_out_demo_seeds`` in the results, ``bc[i].refined.held_out_loss`` at every quarter of a
@@ -42,10 +44,10 @@ from the front and wrist cameras, 64 px by default (``--camera-size``), without 
    none of them in the training data (other verbs, nouns, and colour words such as "crimson" or "navy"):
    ``vla_paraphrase_success``. Each run's record also counts successes per instruction said
    (``per_instruction``: [successes, episodes]), so a policy's failures can be traced to words. The VLA samples
-   with ``--noise-scale`` (``policy.noise_scale``, the start noise's standard deviation, 1 by default). With another
-   scale, another ``--execute`` or ``--refine-steps`` each policy is then evaluated again on the same episodes as
-   the defaults train and serve it: not refined, noise scale 1 (what training saw), 5 actions executed
-   (``baseline``: the same figures side by side).
+   with ``--noise-scale`` (``policy.noise_scale``, the start noise's standard deviation, 1 by default). Unless it is
+   plain BC served plainly (``--refine-steps 0``, noise scale 1, 5 actions executed), each policy is then evaluated
+   again on the same episodes as BC alone gives it: not refined, noise scale 1 (what training saw), 5 actions
+   executed (``baseline``: the same figures side by side; by default, BC beside BC with DAgger).
 3. ``vla_inference_ms``: one policy behind the real policy server (``inference.server.PolicyServer``) over zmq,
    ``--rtt-requests`` requests from 1 robot and then from 4 robots at once (one batch of 4), p50 / p99 of the
    round trip seen by the robots' clients.
@@ -173,14 +175,14 @@ WRIST_SHIFT_PAD = 4                               # the wrist camera's random sh
 CAMERA_FEATURES, FUSE_DIMS = 128, [512]           # policy.camera_features and policy.fuse_dims (--camera-features,
                                                   # --fuse-dims): twice the policy's defaults (64, [256]): success
                                                   # 0.72 against 0.60, paraphrases 0.57 against 0.48 (BENCHMARKS.md)
-REFINE_STEPS, REFINE_LR = 0, 3e-4                 # --refine-steps, --refine-lr: a second BC phase (0: none);
-                                                  # 4,000 steps at 3e-4 on development seeds: a width-256 policy
-                                                  # 0.65 -> 0.72, policies 0 and 1 0.74 -> 0.725 and 0.665 -> 0.725
-                                                  # (BENCHMARKS.md): not enough to be the default
+REFINE_STEPS, REFINE_LR = 4000, 3e-4              # --refine-steps, --refine-lr: a second BC phase (0: none), on
+                                                  # the demos and the DAgger rollouts; on the demos alone it moved
+                                                  # policies 0 and 1 0.74 -> 0.725 and 0.665 -> 0.725 on
+                                                  # development seeds, with 240 rollouts policy 0 reached 0.91
 REFINE_SEED = 1000                                # + the policy's seed: the refinement's batch order
-DAGGER, DAGGER_SEED = 0, 300_000                  # --dagger: episodes of the BC policy labelled by the scripted
+DAGGER, DAGGER_SEED = 240, 300_000                # --dagger: episodes of the BC policy labelled by the scripted
                                                   # expert's oracle, added to the refinement's demos (0: none);
-                                                  # their seeds, used by nothing else
+                                                  # their seeds, used by nothing else (BENCHMARKS.md, DAgger)
 NOISE_SCALE = 1.0                                 # policy.noise_scale (--noise-scale), the start noise's standard
                                                   # deviation at inference: 0.5, better on development seeds, was
                                                   # worse on the held-out ones (0.64 against 0.72; BENCHMARKS.md)
@@ -516,21 +518,21 @@ def main() -> None:
                     help="policy.fuse_dims: the trunk's fusing MLP (the policy's default: 256)")
     ap.add_argument("--noise-scale", type=float, default=NOISE_SCALE,
                     help="policy.noise_scale: the start noise's standard deviation at inference (1: what training "
-                    "saw; each policy is also evaluated as the defaults train and serve it unless this is 1, "
+                    "saw; each policy is also evaluated as plain BC serves it unless this is 1, "
                     f"--execute {EXECUTE} and --refine-steps 0)")
     ap.add_argument("--execute", type=int, default=EXECUTE,
                     help=f"actions executed of each {H}-action chunk before the next is computed (1: a new chunk every "
-                    f"tick; each policy is also evaluated as the defaults train and serve it unless this is "
+                    f"tick; each policy is also evaluated as plain BC serves it unless this is "
                     f"{EXECUTE}, --noise-scale 1 and --refine-steps 0)")
     ap.add_argument("--refine-steps", type=int, default=REFINE_STEPS,
                     help="a second BC phase: this many more steps on the same demos from a fresh optimiser at "
                     "--refine-lr, evaluated as the figure, and the policy before it beside it on the same episodes "
                     "('baseline'); 0: none")
     ap.add_argument("--refine-lr", type=float, default=REFINE_LR, help="the second BC phase's learning rate")
-    ap.add_argument("--dagger", type=int, default=DAGGER,
+    ap.add_argument("--dagger", type=int, default=None,
                     help="DAgger: this many episodes (seeds from DAGGER_SEED) that the BC policy drives as it is "
-                    "served, every tick labelled by the scripted expert's oracle, added to the demos of the "
-                    "refinement (needs --refine-steps); 0: none")
+                    f"served, every tick labelled by the scripted expert's oracle, added to the demos of the "
+                    f"refinement (needs --refine-steps); 0: none; default: {DAGGER} with a refinement, none without")
     ap.add_argument("--camera-size", type=int, default=CAMERA_SIZE,
                     help="both cameras' frames (task.camera_size), pixels")
     ap.add_argument("--templates", choices=sorted(TEMPLATE_SETS), default=TEMPLATES,
@@ -555,9 +557,10 @@ def main() -> None:
         ap.error(f"--camera-size must be >= 16 pixels, got {args.camera_size}")
     if args.refine_steps < 0 or args.refine_lr <= 0:
         ap.error(f"--refine-steps must be >= 0 and --refine-lr > 0, got {args.refine_steps} and {args.refine_lr}")
-    if args.dagger < 0 or (args.dagger and not args.refine_steps):
+    dagger = (DAGGER if args.refine_steps else 0) if args.dagger is None else args.dagger
+    if dagger < 0 or (dagger and not args.refine_steps):
         ap.error(f"--dagger must be >= 0, and its rollouts are trained on in the refinement: add --refine-steps "
-                 f"(got --dagger {args.dagger}, --refine-steps {args.refine_steps})")
+                 f"(got --dagger {dagger}, --refine-steps {args.refine_steps})")
     if min(args.front_shift_pad, args.wrist_shift_pad) < 0:
         ap.error(f"--front-shift-pad and --wrist-shift-pad must be >= 0 pixels, got {args.front_shift_pad} and "
                  f"{args.wrist_shift_pad}")
@@ -592,7 +595,7 @@ def main() -> None:
 
     def refined_of(seed: int) -> dict:  # once policy seed's BC checkpoint is saved
         return refined_settings(settings_of(seed), RunDir(bc_folder(seed)).checkpoint, args.refine_steps,
-                                args.refine_lr, args.dagger, args.execute)
+                                args.refine_lr, dagger, args.execute)
 
     # a policy that --workdir already holds, trained with this run's settings, is evaluated as saved (a run that
     # stopped part-way goes on from its last saved policy); one trained otherwise stops the run before any work
@@ -622,7 +625,7 @@ def main() -> None:
 
     paraphrase_env = make_env(PARAPHRASES, args.scene == "state", args.camera_size)
     results, bc, policies = [], [], []
-    # than the defaults train and serve a policy: then the BC policy as they serve it is the baseline
+    # than plain BC (not refined, noise scale 1, EXECUTE actions executed): then that is the baseline
     served_otherwise = args.noise_scale != 1.0 or args.execute != EXECUTE or args.refine_steps > 0
     for seed in seeds:
         if seed in saved:
@@ -637,8 +640,7 @@ def main() -> None:
                 policy, refinement = refined_saved[seed]
                 print(f"policy {seed}: refined, loaded from {refinement['checkpoint']}", flush=True)
             else:
-                rollouts, made = oracle_rollouts(env, bc_policy, args.dagger, args.execute) if args.dagger \
-                    else (None, {})
+                rollouts, made = oracle_rollouts(env, bc_policy, dagger, args.execute) if dagger else (None, {})
                 policy, refinement = refine(env, bc_policy, data if rollouts is None else joined(data, rollouts),
                                             seed, args.refine_steps, args.refine_lr, args.batch_size, validation)
                 refinement = kept(refined_folder(seed), policy, refined_of(seed),
@@ -651,7 +653,7 @@ def main() -> None:
         paraphrased = evaluate(paraphrase_env, runner, args.episodes, args.eval_seed, args.execute)
         eval_seconds = round(time.perf_counter() - t1, 1)
         base = {}
-        if served_otherwise:  # the same policy and episodes as the defaults serve it, side by side
+        if served_otherwise:  # the same policy and episodes as plain BC serves it, side by side
             default_runner = ChunkPolicyRunner(bc_policy, env.observation_spec, env.action_spec.dim)
             with sampling_at(bc_policy, 1.0):
                 base = {"baseline": {
@@ -666,7 +668,7 @@ def main() -> None:
               f"{paraphrased['per_colour']} ({results[-1]['eval_seconds']:.0f} s)", flush=True)
         if base:
             default = base["baseline"]
-            print(f"policy {seed} as by default (not refined, noise scale 1, {EXECUTE} actions executed): success "
+            print(f"policy {seed} as plain BC (not refined, noise scale 1, {EXECUTE} actions executed): success "
                   f"{default['trained_instructions']['success']:.2f}, paraphrases "
                   f"{default['paraphrases']['success']:.2f}", flush=True)
     latency = inference_ms(policies[0], env, args.rtt_requests, args.eval_seed)
@@ -681,7 +683,7 @@ def main() -> None:
     per_colour = {c: over_policies([r["trained_instructions"]["per_colour"][c] or 0.0 for r in results])
                   for c in COLOURS}
     para_colour = {c: over_policies([r["paraphrases"]["per_colour"][c] or 0.0 for r in results]) for c in COLOURS}
-    baseline = {} if not served_otherwise else {"baseline": {  # the same medians served as by default
+    baseline = {} if not served_otherwise else {"baseline": {  # the same medians as plain BC
         "noise_scale": 1.0, "execute_horizon": EXECUTE, "refine_steps": 0,
         **{key: over_policies([r["baseline"][key]["success"] for r in results])
            for key in ("trained_instructions", "paraphrases")}}}

@@ -182,7 +182,7 @@ def test_bench_vla_evaluates_the_policies_its_workdir_holds_without_recording_de
     monkeypatch.setattr(vla, "record_demos", never)
     monkeypatch.setattr(vla, "behaviour_clone", never)
     argv = ["vla.py", "--policies", "1", "--episodes", "1", "--rtt-requests", "2", "--eval-seed", "50000",
-            "--workdir", str(tmp_path)]
+            "--refine-steps", "0", "--workdir", str(tmp_path)]  # plain BC: no refinement, so no DAgger either
     monkeypatch.setattr(sys, "argv", argv)
     vla.main()
     result = json.loads((tmp_path / "vla.json").read_text())
@@ -197,7 +197,7 @@ def test_bench_vla_evaluates_the_policies_its_workdir_holds_without_recording_de
         assert [sum(n) for n in zip(*evaluated["per_instruction"].values(), strict=True)] == [
             round(evaluated["success"]), 1]  # --episodes 1
         assert sum(evaluated["failures"].values()) == 1 - round(evaluated["success"])  # each failure counted once
-    assert "baseline" not in result  # served as the defaults serve it: nothing to compare
+    assert "baseline" not in result  # plain BC served plainly: nothing to compare
     served, evaluate = [], vla.evaluate
 
     def evaluate_noting_the_serving(env, runner, episodes, first_seed, execute=vla.EXECUTE):
@@ -284,7 +284,7 @@ def same(policy: torch.nn.Module, weights: dict) -> bool:
 def test_bench_vla_refines_each_policy_and_evaluates_the_one_before_it_beside_it(tmp_path, monkeypatch):
     """--refine-steps: each BC policy is refined on the run's demos (its own weights left as saved), the refined one
     saved under refined/ with its settings and its start's hash, and evaluated for the figures; the BC policy, served
-    as the defaults serve it, on the same episodes is the baseline. A second run loads both and records no demo; a
+    as plain BC serves it, on the same episodes is the baseline. A second run loads both and records no demo; a
     refinement saved with other settings, or from another start, stops the run; bench-vla-dsrl's --base refuses a
     refined policy as its BC start."""
     import vla
@@ -296,7 +296,7 @@ def test_bench_vla_refines_each_policy_and_evaluates_the_one_before_it_beside_it
     monkeypatch.setattr(vla, "evaluate", evaluate_noting_the_serving)
     argv = ["vla.py", "--policies", "1", "--episodes", "1", "--rtt-requests", "2", "--eval-seed", "50000",
             "--demos", "2", "--validation-demos", "1", "--bc-steps", "2", "--refine-steps", "2",
-            "--noise-scale", "0.5", "--execute", "3", "--workdir", str(tmp_path)]
+            "--noise-scale", "0.5", "--execute", "3", "--dagger", "0", "--workdir", str(tmp_path)]
     monkeypatch.setattr(sys, "argv", argv)
     vla.main()  # trains policy 0, then refines it
     bc_ckpt = tmp_path / "policy-0" / "checkpoints" / "latest.pt"
@@ -390,7 +390,7 @@ def test_bench_vla_dagger_refines_on_the_demos_and_the_oracles_labels_of_the_bc_
     monkeypatch.setattr(sys, "argv", [*argv[:-3], "2", *argv[-2:]])  # --dagger 2
     with pytest.raises(SystemExit, match=r"refined.* differs in refine.dagger"):
         vla.main()
-    monkeypatch.setattr(sys, "argv", ["vla.py", "--dagger", "3", "--eval-seed", "50000"])
+    monkeypatch.setattr(sys, "argv", ["vla.py", "--dagger", "3", "--refine-steps", "0", "--eval-seed", "50000"])
     with pytest.raises(SystemExit):
         vla.main()
     assert "--dagger must be >= 0, and its rollouts are trained on in the refinement" in capsys.readouterr().err
