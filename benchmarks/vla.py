@@ -178,7 +178,9 @@ CAMERA_FEATURES, FUSE_DIMS = 128, [512]           # policy.camera_features and p
 REFINE_STEPS, REFINE_LR = 4000, 3e-4              # --refine-steps, --refine-lr: a second BC phase (0: none), on
                                                   # the demos and the DAgger rollouts; on the demos alone it moved
                                                   # policies 0 and 1 0.74 -> 0.725 and 0.665 -> 0.725 on
-                                                  # development seeds, with 240 rollouts policy 0 reached 0.91
+                                                  # development seeds; with 240 rollouts each, the three policies
+                                                  # reached 0.82, 0.92, 0.92 on the held-out seeds (BC: 0.76, 0.71,
+                                                  # 0.72; BENCHMARKS.md)
 REFINE_SEED = 1000                                # + the policy's seed: the refinement's batch order
 DAGGER, DAGGER_SEED = 240, 300_000                # --dagger: episodes of the BC policy labelled by the scripted
                                                   # expert's oracle, added to the refinement's demos (0: none);
