@@ -71,6 +71,7 @@ from vla import (  # noqa: E402
     BC_STEPS,
     CAMERA_FEATURES,
     CAMERA_STRIDES,
+    DEMO_SEED,
     DEMOS,
     EVAL_CHUNKING,
     EVAL_SEED,
@@ -135,9 +136,9 @@ def run_folder(workdir: Path, seed: int) -> Path:
 
 
 def dsrl_run(workdir: Path, base: Path, task: PickCubeColorConfig, config: VLAPolicyConfig, seed: int,
-             args: argparse.Namespace) -> tuple[Path, dict]:
-    """One ``robolearn run`` of DSRL from ``base`` for ``args.env_steps`` env steps; its run folder and its
-    summary.json. RuntimeError with
+             args: argparse.Namespace, demos: Path | None = None) -> tuple[Path, dict]:
+    """One ``robolearn run`` of DSRL from ``base`` for ``args.env_steps`` env steps, with ``demos`` (a LeRobotDataset
+    folder) as its buffer's demos when given; its run folder and its summary.json. RuntimeError with
     the log's tail if it failed, stopped short of its env steps, or ran another task, base or chunk execution than
     the evaluation's."""
     run = run_folder(workdir, seed)
@@ -152,6 +153,8 @@ def dsrl_run(workdir: Path, base: Path, task: PickCubeColorConfig, config: VLAPo
                  f"learner.utd_ratio={args.utd}", "learner.threads=2", f"budget.env_steps={args.env_steps}",
                  f"budget.minutes={args.minutes}", f"seed={seed}", *chunking, f"run_name={name}",
                  "runtime.live_console=false"]
+    if demos is not None:  # RLPD: the expert's episodes in every batch's demo share, for the critic and pi_W alike
+        overrides += [f"learner.demos='{demos}'", f"algo.demo_ratio={args.demo_ratio}"]
     log = workdir / f"{name}.log"
     print(f"robolearn run {' '.join(overrides)}  (log {log})", flush=True)
     with open(log, "w") as out:
@@ -169,6 +172,29 @@ def dsrl_run(workdir: Path, base: Path, task: PickCubeColorConfig, config: VLAPo
     if differs:
         raise RuntimeError(f"robolearn run {name} ran another {', '.join(differs)} than the evaluation's")
     return run, summary
+
+
+def critic_demos(workdir: Path, task: PickCubeColorConfig, episodes: int) -> Path:
+    """``--critic-demos``: the scripted expert's ``episodes`` episodes of the run's task, recorded by the shipped
+    ``robolearn record`` (seeds from vla.py's DEMO_SEED: the scenes BC's demos start from, without their bursts and
+    decoys) into ``workdir``, or the folder an earlier run of this script recorded there (its episode count checked).
+    RuntimeError with the log's tail if the recording failed."""
+    folder = workdir / f"critic-demos-{episodes}"
+    if folder.exists():
+        recorded = json.loads((folder / "meta" / "info.json").read_text())["total_episodes"]
+        if recorded != episodes:
+            raise RuntimeError(f"{folder} holds {recorded} episodes, not {episodes}: remove it or pass another "
+                               "--workdir")
+        return folder
+    log = workdir / "critic-demos.log"
+    print(f"recording {episodes} expert episodes for the critic into {folder} (log {log})", flush=True)
+    with open(log, "w") as out:
+        code = subprocess.run([str(ROBOLEARN), "record", *task_overrides(task), f"episodes={episodes}",
+                               f"seed={DEMO_SEED}", f"out={folder}"], cwd=workdir, stdout=out,
+                              stderr=subprocess.STDOUT).returncode
+    if code != 0:
+        raise RuntimeError(f"robolearn record exited with {code}:\n{log.read_text()[-3000:]}")
+    return folder
 
 
 CONFIRM_SEED = 930_000  # --confirm's episodes: seeds nothing else has used
@@ -292,6 +318,9 @@ def main() -> None:
     ap.add_argument("--critic-horizon", type=int, default=EXECUTE,
                     help="algo.critic_horizon: the actions of each chunk the critic scores (default: the executed "
                     f"ones, {EXECUTE}; 0: the whole chunk of {H}, as before 2026-12-06)")
+    ap.add_argument("--critic-demos", type=int, default=0, help="scripted-expert episodes (robolearn record, "
+                    "seeds from DEMO_SEED) in every run's buffer as demos, a --demo-ratio share of each batch (RLPD)")
+    ap.add_argument("--demo-ratio", type=float, default=0.5, help="algo.demo_ratio with --critic-demos")
     ap.add_argument("--minutes", type=float, default=60.0, help="each run's time cap (it should end on env steps)")
     ap.add_argument("--episodes", type=int, default=100)
     ap.add_argument("--base-seed", type=int, default=0, help="which of bench-vla's policies is the BC start")
@@ -320,6 +349,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.runs < 1:
         ap.error("--runs must be >= 1")
+    if args.critic_demos < 0 or not 0 < args.demo_ratio < 1:
+        ap.error(f"--critic-demos must be >= 0 and --demo-ratio in (0, 1), got {args.critic_demos}, "
+                 f"{args.demo_ratio}")
     if args.runs < 3 and args.eval_seed == EVAL_SEED:
         ap.error("--runs must be >= 3 for the figure (a median over runs)")
     if args.confirm and (args.workdir or args.base):
@@ -350,6 +382,7 @@ def main() -> None:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-vla-dsrl-"))
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"work folder: {workdir} (the BC start, each run, progress.json)", flush=True)
+    demos = critic_demos(workdir, task, args.critic_demos).resolve() if args.critic_demos else None
     if base is None:
         data = record_demos(env, args.demos, PERTURB)
         policy, bc_record = behaviour_clone(env, data, config, args.base_seed, args.bc_steps, args.batch_size)
@@ -366,7 +399,7 @@ def main() -> None:
     runs = []
     for seed in range(args.runs):
         t1 = time.perf_counter()
-        run, summary = dsrl_run(workdir, base.resolve(), task, config, seed, args)
+        run, summary = dsrl_run(workdir, base.resolve(), task, config, seed, args, demos)
         trained = {k: summary[k] for k in ("env_steps", "episodes", "success_rate_last_50", "updates",
                                            "wall_minutes")}
         dsrl, env_steps, unchanged = trained_policy(run, env, start)
@@ -398,7 +431,10 @@ def main() -> None:
                                   "critic_horizon": args.critic_horizon,
                                   "target_entropy_per_dim": args.target_entropy_per_dim,
                                   "init_temperature": args.init_temperature, "noise_critic": args.noise_critic,
-                                  "actor_warmup": args.actor_warmup, "learner_threads": 2, "execute_horizon": EXECUTE,
+                                  "actor_warmup": args.actor_warmup, "learner_threads": 2,
+                                  "critic_demos": args.critic_demos,
+                                  "demo_ratio": args.demo_ratio if args.critic_demos else 0.0,
+                                  "execute_horizon": EXECUTE,
                                   "demos": args.demos, "bc_steps": args.bc_steps, "base_seed": args.base_seed,
                                   "eval_seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}",
                                   "workdir": str(workdir)})
