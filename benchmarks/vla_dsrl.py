@@ -135,14 +135,11 @@ def run_folder(workdir: Path, seed: int) -> Path:
     return workdir / "runs" / f"dsrl-{seed}"
 
 
-def dsrl_run(workdir: Path, base: Path, task: PickCubeColorConfig, config: VLAPolicyConfig, seed: int,
-             args: argparse.Namespace, demos: Path | None = None) -> tuple[Path, dict]:
-    """One ``robolearn run`` of DSRL from ``base`` for ``args.env_steps`` env steps, with ``demos`` (a LeRobotDataset
-    folder) as its buffer's demos when given; its run folder and its summary.json. RuntimeError with
-    the log's tail if it failed, stopped short of its env steps, or ran another task, base or chunk execution than
-    the evaluation's."""
-    run = run_folder(workdir, seed)
-    name = run.name
+def run_overrides(base: Path, task: PickCubeColorConfig, config: VLAPolicyConfig, seed: int,
+                  args: argparse.Namespace, demos: Path | None = None) -> list[str]:
+    """DSRL run ``seed``'s ``robolearn run`` overrides: the evaluation's task, VLA and chunk execution, the DSRL
+    settings of ``args``, and with ``demos`` (a LeRobotDataset folder) those episodes as the buffer's demos, a
+    ``args.demo_ratio`` share of every batch (RLPD; the critic and pi_W learn from them alike)."""
     chunking = [f"actor.chunking.{k}={getattr(EVAL_CHUNKING, k)}"
                 for k in ("mode", "splice", "max_prefix", "execute_horizon")]
     overrides = [*task_overrides(task), "policy=dsrl", *base_overrides(config), f"policy.base_checkpoint='{base}'",
@@ -151,10 +148,21 @@ def dsrl_run(workdir: Path, base: Path, task: PickCubeColorConfig, config: VLAPo
                  f"algo.init_temperature={args.init_temperature}", f"algo.noise_critic={args.noise_critic}",
                  f"algo.critic_horizon={args.critic_horizon}",
                  f"learner.utd_ratio={args.utd}", "learner.threads=2", f"budget.env_steps={args.env_steps}",
-                 f"budget.minutes={args.minutes}", f"seed={seed}", *chunking, f"run_name={name}",
-                 "runtime.live_console=false"]
-    if demos is not None:  # RLPD: the expert's episodes in every batch's demo share, for the critic and pi_W alike
+                 f"budget.minutes={args.minutes}", f"seed={seed}", *chunking,
+                 f"run_name={run_folder(Path(), seed).name}", "runtime.live_console=false"]
+    if demos is not None:
         overrides += [f"learner.demos='{demos}'", f"algo.demo_ratio={args.demo_ratio}"]
+    return overrides
+
+
+def dsrl_run(workdir: Path, base: Path, task: PickCubeColorConfig, config: VLAPolicyConfig, seed: int,
+             args: argparse.Namespace, demos: Path | None = None) -> tuple[Path, dict]:
+    """One ``robolearn run`` of DSRL from ``base`` for ``args.env_steps`` env steps (``run_overrides``); its run
+    folder and its summary.json. RuntimeError with the log's tail if it failed, stopped short of its env steps, or ran
+    another task, base, chunk execution or demos than the evaluation's and ``demos``."""
+    run = run_folder(workdir, seed)
+    name = run.name
+    overrides = run_overrides(base, task, config, seed, args, demos)
     log = workdir / f"{name}.log"
     print(f"robolearn run {' '.join(overrides)}  (log {log})", flush=True)
     with open(log, "w") as out:
@@ -167,8 +175,10 @@ def dsrl_run(workdir: Path, base: Path, task: PickCubeColorConfig, config: VLAPo
         raise RuntimeError(f"robolearn run {name} stopped short: {summary['stopped_because']}, {summary['env_steps']} "
                            f"of {args.env_steps} env steps (ok: {summary['ok']})")
     ran = load_run_config(run / "config.yaml")
-    differs = [what for what, same in (("task", ran.task == task), ("policy.base", ran.policy.base == config),
-                                       ("actor.chunking", ran.actor.chunking == EVAL_CHUNKING)) if not same]
+    asked = (("task", ran.task == task), ("policy.base", ran.policy.base == config),
+             ("actor.chunking", ran.actor.chunking == EVAL_CHUNKING),
+             ("learner.demos", ran.learner.demos == (str(demos) if demos else "")))
+    differs = [what for what, same in asked if not same]
     if differs:
         raise RuntimeError(f"robolearn run {name} ran another {', '.join(differs)} than the evaluation's")
     return run, summary

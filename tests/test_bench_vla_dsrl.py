@@ -3,8 +3,10 @@ taken only with the settings the run would train them with (benchmarks/vla.py ``
 reach the shipped CLI run's ``policy.base`` through its overrides (vla_dsrl.py ``base_overrides``), so the run's
 frozen VLA is the network the checkpoint's weights fit."""
 
+import argparse
 import hashlib
 import json
+import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from robolearn.buffer.lerobot_io import check_recorded_rate
 from robolearn.checkpoint import load_checkpoint
 from robolearn.config import compose, validate
 from robolearn.policies.dsrl import DSRLPolicy
@@ -33,6 +36,7 @@ from vla import (  # noqa: E402
     make_env,
     policy_config,
     save_policy,
+    task_config,
     unheard_words,
 )
 from vla_dsrl import base_overrides, confirm  # noqa: E402
@@ -49,6 +53,33 @@ def test_the_benchmarks_vla_settings_compose_into_the_runs_frozen_base():
     older = replace(config, camera_strides=[2, 1, 1, 1], text_encoder="minilm", colour_words=False)  # an older start
     assert run_base(base_overrides(older)) == older
     assert run_base([]) != config  # without the overrides the run would build another network
+
+
+def test_critic_demos_are_recorded_by_the_shipped_recorder_once_and_reach_the_runs_buffer(tmp_path):
+    """--critic-demos: ``robolearn record`` writes the scripted expert's episodes of the evaluation's task (from the
+    BC demos' first seed, at the run's control rate) into the work folder once; a folder of that name holding another
+    count is refused; the run's overrides compose into learner.demos = that folder and algo.demo_ratio."""
+    task = task_config(instructions(), scene_state=False)
+    folder = vla_dsrl.critic_demos(tmp_path, task, 1)
+    info = json.loads((folder / "meta" / "info.json").read_text())
+    assert (info["total_episodes"], info["total_tasks"]) == (1, 1) and info["total_frames"] > 10
+    assert "observation.images.front" in info["features"] and "observation.images.wrist" in info["features"]
+    mtime = (folder / "meta" / "info.json").stat().st_mtime
+    assert vla_dsrl.critic_demos(tmp_path, task, 1) == folder
+    assert (folder / "meta" / "info.json").stat().st_mtime == mtime  # kept, not recorded again
+    shutil.copytree(folder, tmp_path / "critic-demos-2")
+    with pytest.raises(RuntimeError, match="holds 1 episodes, not 2"):
+        vla_dsrl.critic_demos(tmp_path, task, 2)
+
+    args = argparse.Namespace(noise_bound=1.0, actor_warmup=400, target_entropy_per_dim=-0.5, init_temperature=0.1,
+                              noise_critic=False, critic_horizon=5, utd=0.25, env_steps=100, minutes=1.0,
+                              demo_ratio=0.5)
+    ckpt = tmp_path / "bc" / "latest.pt"
+    ran = validate(compose(overrides=vla_dsrl.run_overrides(ckpt, task, policy_config(), 0, args, folder)))
+    assert (ran.learner.demos, ran.algo.demo_ratio, ran.task) == (str(folder), 0.5, task)
+    check_recorded_rate(folder, ran.configured_control_hz())  # the recording's fps is the run's rate
+    without = validate(compose(overrides=vla_dsrl.run_overrides(ckpt, task, policy_config(), 0, args)))
+    assert (without.learner.demos, without.algo.demo_ratio) == ("", 0.0)
 
 
 def test_a_confirmation_takes_only_the_figures_own_runs_settings_and_unused_seeds(tmp_path, monkeypatch):
