@@ -83,6 +83,7 @@ from vla import (  # noqa: E402
     H,
     bc_settings,
     behaviour_clone,
+    episode_loop,
     evaluate,
     instructions,
     load_policy,
@@ -276,6 +277,53 @@ def confirm(workdir: Path, env: PickCubeEnv, config: VLAPolicyConfig, settings: 
     return path
 
 
+class NoiseDraw:
+    """An episode subscriber after the loop's ``SeedTorch``: seeds torch with the episode's seed plus ``draw`` *
+    SPACING, so each draw of an episode samples other noise in the same scene (draw 0 is the evaluation's own seeding)
+    and no draw reuses another episode's seed (the benchmarks' episode seeds are below SPACING). Torch's CPU generator
+    keeps a seed's low 32 bits only, so the sum must stay below 2^32."""
+
+    SPACING = 10_000_000
+
+    def __init__(self) -> None:
+        self.draw = 0
+
+    def on_episode_start(self, episode_id: int, seed: int, obs: dict) -> None:  # noqa: ARG002
+        if seed >= self.SPACING or seed + self.draw * self.SPACING >= 2**32:
+            raise ValueError(f"NoiseDraw: episode seed {seed}, draw {self.draw} has no seed of its own (episode seeds "
+                             f"below {self.SPACING}, draws below {2**32 // self.SPACING})")
+        torch.manual_seed(seed + self.draw * self.SPACING)
+
+
+def draw_outcomes(env: PickCubeEnv, policy: VLAPolicy, draws: int, episodes: int, first_seed: int) -> torch.Tensor:
+    """``--pass-at``: success (draws, episodes) bool of ``policy`` sampling its noise, each of ``episodes`` episodes
+    from ``first_seed`` played ``draws`` times, served as the evaluation serves it."""
+    noise = NoiseDraw()
+    loop = episode_loop(env, ChunkPolicyRunner(policy, env.observation_spec, env.action_spec.dim), EXECUTE, (noise,))
+    ok = torch.zeros(draws, episodes, dtype=torch.bool)
+    t0 = time.perf_counter()
+    for draw in range(draws):
+        noise.draw = draw
+        for ep in range(episodes):
+            ok[draw, ep] = bool(loop.run(seed=first_seed + ep, episode_id=ep).success)
+        print(f"  draw {draw}: success {ok[draw].float().mean():.2f}, pass@{draw + 1} "
+              f"{ok[:draw + 1].any(0).float().mean():.2f} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    return ok
+
+
+def pass_at(ok: torch.Tensor) -> dict:
+    """The headroom noise steering has (``ok``: success (draws, episodes)): success per draw, pass@k for k = 1..draws
+    (the share of episodes with a success in their first k draws), and how many episodes succeeded in every draw, in
+    some, in none. An episode that succeeds in some draw is a scene from which the noise holds a way to succeed; a
+    noise policy would have to find it from the state."""
+    rate = ok.float().mean(0)
+    return {"draws": ok.shape[0], "episodes": ok.shape[1],
+            "success_per_draw": [round(float(r), 4) for r in ok.float().mean(1)],
+            "pass_at": [round(float(ok[:k].any(0).float().mean()), 4) for k in range(1, ok.shape[0] + 1)],
+            "episodes_always": int((rate == 1).sum()), "episodes_sometimes": int(((rate > 0) & (rate < 1)).sum()),
+            "episodes_never": int((rate == 0).sum())}
+
+
 BASELINE_NOISE_SCALES = (1.0, 0.5)  # the BC start is sampled at each (and its own) for the gain's baseline: 0.5 gave
                                     # the e7ae670 figure's start 0.52 against 0.45 at 1 (BENCHMARKS.md, vla_dsrl)
 
@@ -355,6 +403,9 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=None, help="where the runs go (default: a new temporary folder)")
     ap.add_argument("--confirm", type=Path, default=None, help="the committed figure's work folder: evaluate its "
                     "policies on --confirm-seed's episodes and add them to its results file (no runs)")
+    ap.add_argument("--pass-at", type=int, default=0, metavar="K", help="only the BC start's headroom (with --base): "
+                    "each of --episodes episodes from --eval-seed played K times sampling other noise; pass@k into "
+                    "<workdir>/pass_at.json, no DSRL runs")
     ap.add_argument("--confirm-seed", type=int, default=CONFIRM_SEED, help="--confirm's first episode seed")
     args = ap.parse_args()
     if args.runs < 1:
@@ -364,6 +415,8 @@ def main() -> None:
                  f"{args.demo_ratio}")
     if args.runs < 3 and args.eval_seed == EVAL_SEED:
         ap.error("--runs must be >= 3 for the figure (a median over runs)")
+    if args.pass_at < 0 or (args.pass_at and (args.base is None or args.confirm)):
+        ap.error("--pass-at K (K >= 1) evaluates a saved BC start: it needs --base and takes no --confirm")
     if args.confirm and (args.workdir or args.base):
         ap.error("--confirm evaluates the figure's own BC start and runs: no --workdir or --base with it")
     command = run_command(ap, args, "bench-vla-dsrl", "vla_dsrl.py")
@@ -392,6 +445,15 @@ def main() -> None:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-vla-dsrl-"))
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"work folder: {workdir} (the BC start, each run, progress.json)", flush=True)
+    if args.pass_at:
+        policy, bc_record = load_policy(env, config, base, settings, "--base")
+        headroom = {"command": command, "commit": COMMIT, "checkpoint": str(base), "noise_scale": config.noise_scale,
+                    "seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}",
+                    **pass_at(draw_outcomes(env, policy, args.pass_at, args.episodes, args.eval_seed))}
+        env.close()
+        (workdir / "pass_at.json").write_text(json.dumps(headroom, indent=1) + "\n")
+        print(f"BC start's pass@k {headroom['pass_at']} -> {workdir / 'pass_at.json'}")
+        return
     demos = critic_demos(workdir, task, args.critic_demos).resolve() if args.critic_demos else None
     if base is None:
         data = record_demos(env, args.demos, PERTURB)

@@ -82,6 +82,28 @@ def test_critic_demos_are_recorded_by_the_shipped_recorder_once_and_reach_the_ru
     assert (without.learner.demos, without.algo.demo_ratio) == ("", 0.0)
 
 
+def test_pass_at_k_counts_episodes_with_a_success_in_their_first_k_draws():
+    ok = torch.tensor([[1, 0, 0, 1], [0, 0, 1, 1], [0, 0, 0, 1]], dtype=torch.bool)  # (draws, episodes)
+    got = vla_dsrl.pass_at(ok)
+    assert got["success_per_draw"] == [0.5, 0.5, 0.25]
+    assert got["pass_at"] == [0.5, 0.75, 0.75]
+    assert (got["episodes_always"], got["episodes_sometimes"], got["episodes_never"]) == (1, 2, 1)
+
+
+def test_each_noise_draw_of_an_episode_samples_other_noise_and_draw_0_is_the_evaluations():
+    draw = vla_dsrl.NoiseDraw()
+    noise = []
+    for d in range(3):
+        draw.draw = d
+        draw.on_episode_start(0, 50_000, {})
+        noise.append(torch.randn(4))
+    torch.manual_seed(50_000)  # what SeedTorch alone gives the evaluation
+    assert torch.equal(noise[0], torch.randn(4))
+    assert not torch.equal(noise[0], noise[1]) and not torch.equal(noise[1], noise[2])
+    with pytest.raises(ValueError, match="has no seed of its own"):  # would collide with another seed
+        draw.on_episode_start(0, vla_dsrl.NoiseDraw.SPACING, {})
+
+
 def test_a_confirmation_takes_only_the_figures_own_runs_settings_and_unused_seeds(tmp_path, monkeypatch):
     """--confirm re-evaluates the committed figure's policies, once: a second confirmation, seeds overlapping the
     figure's, another run's folder, a run whose summary is not the figure's, or VLA settings other than the figure's
