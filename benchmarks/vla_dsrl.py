@@ -34,6 +34,16 @@
    (its weights are compared with the BC start's, tensor by tensor). The figures so far go to
    ``<workdir>/progress.json`` as each run ends; the results file is written once all runs have.
 
+``--critic-demos N`` puts the scripted expert's N episodes of the task, recorded once into the work folder by the
+shipped ``robolearn record`` (seeds from vla.py's DEMO_SEED), into every run's buffer as demos (``learner.demos``),
+``--demo-ratio`` of each batch (``algo.demo_ratio``, RLPD): the critic and pi_W learn from them as from the run's own
+steps. They are offline data, like the BC start's demos, and not counted in the env-step budget. Off by default
+(development, BENCHMARKS.md vla_dsrl: it did not help).
+
+``--pass-at K`` (with ``--base``) measures only the BC start's headroom for noise steering: each of ``--episodes``
+episodes from ``--eval-seed`` played K times sampling other noise (draw 0 seeded as the evaluation is), pass@k and
+how many episodes succeed in every draw, some or none, into ``<workdir>/pass_at.json``; no DSRL run.
+
 ``--confirm WORKDIR`` (``make bench-vla-dsrl ARGS="--confirm <the figure's workdir>"``) evaluates the committed figure's
 policies again, on 100 episodes from ``--confirm-seed`` (930000: no run, no development and no other benchmark has
 used them): the BC start both ways and each run's last checkpoint, found in the work folder that figure's run left
