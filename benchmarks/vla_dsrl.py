@@ -40,6 +40,9 @@ shipped ``robolearn record`` (seeds from vla.py's DEMO_SEED), into every run's b
 steps. They are offline data, like the BC start's demos, and not counted in the env-step budget. Off by default
 (development, BENCHMARKS.md vla_dsrl: it did not help).
 
+``--success-reward-only`` runs DSRL on ``task.shaped_reward=false``: the success bonus alone, no distance terms, as
+a real robot's person or success classifier rewards it (the evaluation counts success either way).
+
 ``--pass-at K`` (with ``--base``) measures only the BC start's headroom for noise steering: each of ``--episodes``
 episodes from ``--eval-seed`` played K times sampling other noise (draw 0 seeded as the evaluation is), pass@k and
 how many episodes succeed in every draw, some or none, into ``<workdir>/pass_at.json``; no DSRL run.
@@ -71,6 +74,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -123,7 +127,7 @@ def task_overrides(task: PickCubeColorConfig) -> list[str]:
                  for c, ts in task.instructions.items()]
     return ["task=pick_cube_color", f"task.language={task.language}", f"task.scene_state={task.scene_state}",
             f"task.cameras=[{','.join(task.cameras)}]", f"task.camera_size={task.camera_size}",
-            f"task.camera_shadows={task.camera_shadows}", *sentences]
+            f"task.camera_shadows={task.camera_shadows}", f"task.shaped_reward={task.shaped_reward}", *sentences]
 
 
 def base_overrides(config: VLAPolicyConfig) -> list[str]:
@@ -200,7 +204,7 @@ def critic_demos(workdir: Path, task: PickCubeColorConfig, episodes: int) -> Pat
     ``robolearn record`` (seeds from vla.py's DEMO_SEED: the scenes BC's demos start from, without their bursts and
     decoys) into ``workdir``, or the folder an earlier run of this script recorded there (its episode count checked).
     RuntimeError with the log's tail if the recording failed."""
-    folder = workdir / f"critic-demos-{episodes}"
+    folder = workdir / f"critic-demos-{episodes}{'' if task.shaped_reward else '-success-only'}"  # their rewards
     if folder.exists():
         recorded = json.loads((folder / "meta" / "info.json").read_text())["total_episodes"]
         if recorded != episodes:
@@ -389,6 +393,9 @@ def main() -> None:
     ap.add_argument("--critic-demos", type=int, default=0, help="scripted-expert episodes (robolearn record, "
                     "seeds from DEMO_SEED) in every run's buffer as demos, a --demo-ratio share of each batch (RLPD)")
     ap.add_argument("--demo-ratio", type=float, default=0.5, help="algo.demo_ratio with --critic-demos")
+    ap.add_argument("--success-reward-only", action="store_true", help="task.shaped_reward=false in the runs: "
+                    "the success bonus alone, as a real robot's labels give it (the evaluation counts success either "
+                    "way)")
     ap.add_argument("--minutes", type=float, default=60.0, help="each run's time cap (it should end on env steps)")
     ap.add_argument("--episodes", type=int, default=100)
     ap.add_argument("--base-seed", type=int, default=0, help="which of bench-vla's policies is the BC start")
@@ -435,7 +442,7 @@ def main() -> None:
     config = policy_config(camera_strides=args.camera_strides, wrist_shift_pad=args.wrist_shift_pad,
                            camera_features=args.camera_features, fuse_dims=args.fuse_dims,
                            noise_scale=args.noise_scale)
-    task = task_config(instructions(), scene_state=False)
+    task = replace(task_config(instructions(), scene_state=False), shaped_reward=not args.success_reward_only)
     env = PickCubeEnv(task)
     t0 = time.perf_counter()
     def held_out(policy: torch.nn.Module, first_seed: int = args.eval_seed) -> dict:
@@ -456,7 +463,7 @@ def main() -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"work folder: {workdir} (the BC start, each run, progress.json)", flush=True)
     if args.pass_at:
-        policy, bc_record = load_policy(env, config, base, settings, "--base")
+        policy, _ = load_policy(env, config, base, settings, "--base")
         headroom = {"command": command, "commit": COMMIT, "checkpoint": str(base), "noise_scale": config.noise_scale,
                     "seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}",
                     **pass_at(draw_outcomes(env, policy, args.pass_at, args.episodes, args.eval_seed))}
@@ -514,7 +521,7 @@ def main() -> None:
                                   "target_entropy_per_dim": args.target_entropy_per_dim,
                                   "init_temperature": args.init_temperature, "noise_critic": args.noise_critic,
                                   "actor_warmup": args.actor_warmup, "learner_threads": 2,
-                                  "critic_demos": args.critic_demos,
+                                  "critic_demos": args.critic_demos, "shaped_reward": task.shaped_reward,
                                   "demo_ratio": args.demo_ratio if args.critic_demos else 0.0,
                                   "execute_horizon": EXECUTE,
                                   "demos": args.demos, "bc_steps": args.bc_steps, "base_seed": args.base_seed,

@@ -67,6 +67,23 @@ def test_pick_reward_costs_every_tick_until_the_cube_is_lifted():
     env.close()
 
 
+@pytest.mark.parametrize("make", [lambda: PickCubeEnv(PickCubeConfig(shaped_reward=False)),
+                                  lambda: PushCubeEnv(PushCubeConfig(shaped_reward=False))], ids=["pick", "push"])
+def test_without_shaping_only_success_pays_as_a_real_robots_labels_do(make):
+    """task.shaped_reward=false: 0 every tick before success and the success bonus on it, the expert's episode
+    otherwise the same (its states and ending do not depend on the reward)."""
+    env = make()
+    env.reset(seed=3)
+    rewards, done, info = [], False, {}
+    while not done:
+        _, reward, terminated, truncated, info = env.step(env.expert_action())
+        rewards.append(reward)
+        done = terminated or truncated
+    assert info["success"] and terminated
+    assert rewards[:-1] == [0.0] * (len(rewards) - 1) and rewards[-1] == env.task.success_bonus
+    env.close()
+
+
 def test_cube_moves_only_through_contact():
     """The cube is a real physics body: pushing it moves it, an arm hovering above does not."""
     env = PushCubeEnv()

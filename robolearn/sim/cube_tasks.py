@@ -66,6 +66,8 @@ class CubeTaskConfig(ArmTaskConfig):
     light_noise: float = 0.3         # +- relative intensity; direction tilted by up to this many rad
     scene_state: bool = True         # the cubes' poses in ``state``; false: the robot's own values only (joints and
                                      # grasp point), the scene seen through the cameras as on hardware
+    shaped_reward: bool = True       # the distance terms each tick; false: success_bonus on success and 0 otherwise,
+                                     # the reward a person's labels or a success classifier give on hardware
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -118,6 +120,11 @@ class CubeTaskEnv(ArmTaskEnv):
     """Base for the cube tasks: scene, randomisation, cube state, the pointing-down IK expert."""
 
     hand_site = "grasp"  # the site whose offset to each cube is in the state (the part of the hand the task uses)
+
+    def tick_reward(self, shaping: float, success: bool) -> float:
+        """A tick's reward: the task's ``shaping`` terms (unless ``task.shaped_reward`` is false) plus the success
+        bonus on success."""
+        return (shaping if self.task.shaped_reward else 0.0) + (self.task.success_bonus if success else 0.0)
 
     def __init__(self, task: CubeTaskConfig, robot: SimSO101Config | None, cubes: list[str], goal: bool,
                  extra_names: tuple[str, ...] = (), extra_low: tuple[float, ...] = (),
@@ -290,7 +297,8 @@ class PickCubeEnv(CubeTaskEnv):
     hold the cube at 4 of the 5 cm and collect about 1.6 a tick until the time limit, more than the bonus
     (BENCHMARKS.md, learn_tasks, development run P2). A wrong lift is a truncation, not a termination: a terminal
     state would stop those costs, so lifting any cube would pay; truncated, the learner values the state it ended
-    in as if the episode went on."""
+    in as if the episode went on. With ``task.shaped_reward=false`` only the success bonus is paid: the reward a
+    real robot's person or success classifier gives (``task=real``), none of the simulator's distances."""
 
     def __init__(self, task: PickCubeConfig | None = None, robot: SimSO101Config | None = None) -> None:
         task = task or PickCubeConfig()
@@ -349,8 +357,7 @@ class PickCubeEnv(CubeTaskEnv):
         success = self.success()
         wrong = any(self.lift(c) >= self.task.lift_height for c in self.cubes if c != self.target)
         dist = float(np.linalg.norm(self.grasp_pos() - self.cube_pos(self.target)))
-        reward = -dist / 0.1 - 2.0 * (1.0 - min(max(lift, 0.0) / self.task.lift_height, 1.0))
-        reward += self.task.success_bonus if success else 0.0
+        reward = self.tick_reward(-dist / 0.1 - 2.0 * (1.0 - min(max(lift, 0.0) / self.task.lift_height, 1.0)), success)
         terminated = success
         truncated = not success and (wrong or self._tick >= self.task.episode_ticks)
         return (self._obs(), float(reward), bool(terminated), bool(truncated),
@@ -466,7 +473,8 @@ class PushCubeConfig(CubeTaskConfig):
 class PushCubeEnv(CubeTaskEnv):
     """Reward per tick: ``-(distance(cube, goal) + 0.5 * distance(tip, hand target)) / 0.1 m``, plus the
     success bonus when the cube centre is within ``goal_radius`` of the goal (terminated). The hand target
-    (``task.hand_target``) is the push point behind the cube, or the cube."""
+    (``task.hand_target``) is the push point behind the cube, or the cube. ``task.shaped_reward=false``: the success
+    bonus alone."""
 
     hand_site = "tip"  # the fingertips push
 
@@ -526,8 +534,7 @@ class PushCubeEnv(CubeTaskEnv):
         success = self.success()
         tip = self.robot.data.site_xpos[self._tip]
         target = self.push_point() if self.task.hand_target == "behind" else self.cube_pos("red")
-        reward = -(dist + 0.5 * float(np.linalg.norm(tip - target))) / 0.1
-        reward += self.task.success_bonus if success else 0.0
+        reward = self.tick_reward(-(dist + 0.5 * float(np.linalg.norm(tip - target))) / 0.1, success)
         truncated = (not success) and self._tick >= self.task.episode_ticks
         return self._obs(), float(reward), bool(success), bool(truncated), {"success": success, "distance": dist,
                                                                             "executed_action": executed}
