@@ -79,24 +79,35 @@ class FakeServos:
 
 
 class FakeSerial:
-    """Stands in for ``serial.Serial``: bytes written are instruction packets, answers can be read back."""
+    """Stands in for ``serial.Serial``: bytes written are instruction packets, answers can be read back.
+    ``late_replies`` = n: the next n answers (a sync read's: every servo's packet) arrive late, once the next packet is
+    written (after the driver's read of them timed out), as a loaded host or a slow USB adapter delivers them."""
 
     def __init__(self, servos: FakeServos, **_kwargs) -> None:
         self.servos = servos
         self.rx = bytearray()
         self.tx = bytearray()
         self.is_open = True
+        self.late_replies = 0
+        self._held = bytearray()
 
     @property
     def in_waiting(self) -> int:
         return len(self.rx)
 
     def write(self, data) -> int:
+        self.rx += self._held
+        self._held.clear()
         self.tx += bytes(data)
         while len(self.tx) >= 4 and len(self.tx) >= 4 + self.tx[3]:
             n = 4 + self.tx[3]
             packet, self.tx = bytes(self.tx[:n]), self.tx[n:]
-            self.rx += self.servos.handle(packet)
+            answer = self.servos.handle(packet)
+            if answer and self.late_replies > 0:
+                self.late_replies -= 1
+                self._held += answer
+            else:
+                self.rx += answer
         return len(data)
 
     def read(self, n: int) -> bytes:

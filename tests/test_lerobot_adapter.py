@@ -56,6 +56,27 @@ def test_so101_follower_reads_and_moves_through_the_fake_bus(servos, tmp_path):
     assert servos.packets > 20
 
 
+def test_a_late_reply_never_answers_a_later_read(servos, tmp_path):
+    """A sync read whose replies arrive after it timed out: lerobot's retry decodes them (values of that moment),
+    and the replies to the retry, left on the port, must not answer the next read: after a move, the state read
+    is the new pose, not the one before it."""
+    robot = _calibrated_robot(tmp_path)
+    robot.connect()
+    try:
+        before = np.array([30.0, -20.0, 45.0, 10.0, -90.0, 60.0], np.float32)
+        robot.send_action(before)
+        port = robot.robot.bus.port_handler.ser
+        port.late_replies = 1  # the answer to the next read (every servo's status packet) comes late
+        np.testing.assert_allclose(robot.get_observation()["state"][:6], before, atol=0.2)  # the retry's
+        assert port.late_replies == 0 and port.in_waiting > 0  # the retry's own replies wait on the port
+        after = np.array([-10.0, 15.0, -30.0, 40.0, 20.0, 10.0], np.float32)
+        robot.send_action(after)
+        np.testing.assert_allclose(robot.get_observation()["state"][:6], after, atol=0.2)
+        np.testing.assert_allclose(robot.get_observation()["state"][:6], after, atol=0.2)
+    finally:
+        robot.disconnect()
+
+
 def test_sim_twin_and_real_robot_expose_identical_names_shapes_and_units(servos, tmp_path):
     real, sim = _calibrated_robot(tmp_path), SimSO101(SimSO101Config())
     for a, b in ((real.action_spec.array, sim.action_spec.array),
@@ -95,6 +116,10 @@ def test_so101_leader_arm_is_a_hal_teleop_over_the_fake_bus(servos, tmp_path):
         assert first.intervening and first.events == {TeleopEvent.INTERVENTION_ON}
         assert first.action.shape == (6,) and first.action[1] == pytest.approx(45.0, abs=0.2)
         assert teleop.read().events == set()  # on/off are edges, not levels
+        teleop.device.bus.port_handler.ser.late_replies = 1  # the next read's answer comes after it timed out:
+        assert teleop.read().action[1] == pytest.approx(45.0, abs=0.2)  # lerobot's retry decodes it
+        servos.mem[2][56:58] = (2048 - 512).to_bytes(2, "little")  # the human moves on
+        assert teleop.read().action[1] == pytest.approx(-45.0, abs=0.2)  # the late answer does not answer this read
     finally:
         teleop.disconnect()
     with pytest.raises(ValueError, match="no_such_leader"):

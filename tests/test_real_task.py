@@ -93,7 +93,21 @@ def test_reset_moves_to_the_pose_at_the_bounded_speed_then_waits_for_ready(tmp_p
     moves = per_tick_change(rec.sent)
     assert moves.max() <= 40.0 / env.control_hz + 1e-4  # never faster than task.reset.max_speed
     assert len(rec.sent) >= 60 / (40.0 / env.control_hz)  # a line of many ticks, not a jump (60 deg away)
+    assert np.abs(env._measured()[:5] - pose[:5]).max() <= env.task.reset.tolerance  # the arm is there, too
     assert env.counts.ready_timeouts == 0 and env.counts.resets_short_of_the_pose == 0
+
+
+def test_a_reset_whose_arm_is_blocked_short_of_the_pose_is_counted_short(tmp_path, monkeypatch, capsys):
+    env, rec, operator, keys = twin(tmp_path, reset=ResetConfig(pose="tucked", max_speed=120.0))
+    keys.press_on_prompt("press Enter", "enter")
+    measured = env._measured
+    blocked = np.array([0.0, 20.0, 0.0, 0.0, 0.0, 0.0], np.float32)  # something holds shoulder_lift 20 deg back
+    monkeypatch.setattr(env, "_measured", lambda: measured() + blocked)
+    env.reset(seed=1)
+    pose = np.array(env.task.reset.poses["tucked"], np.float32)
+    np.testing.assert_allclose(env.commanded(), pose, atol=1e-3)  # the command got there; the arm did not
+    assert env.counts.resets_short_of_the_pose == 1
+    assert "did not reach the reset pose 'tucked'" in capsys.readouterr().err
 
 
 def test_a_reset_whose_beats_run_late_still_reaches_the_pose(tmp_path, monkeypatch):

@@ -7,7 +7,9 @@ adapter adds robolearn's contract on top:
   consecutive readings; lerobot reports positions only), cameras as uint8 images, the same names,
   shapes and units as the MuJoCo twin (``robot=sim_so101``), built by ``joint_specs``;
 - action = motor position targets; ``send_action`` rejects non-finite values and clips to the joint
-  limits derived from the motors' calibration before lerobot sees them.
+  limits derived from the motors' calibration before lerobot sees them;
+- every read asks the bus afresh: replies left waiting on the serial port are dropped first
+  (``drop_stale_replies``).
 """
 
 from __future__ import annotations
@@ -117,6 +119,18 @@ def _limits(bus, motor: str) -> tuple[float, float, str]:
     return -100.0, 100.0, "-100..100"
 
 
+def drop_stale_replies(bus: Any) -> None:
+    """Discard what waits on a motor bus's serial port before a request is sent. A status packet that arrives after
+    its read timed out (a loaded host, a slow USB adapter) stays queued: lerobot's retry, and every read after it,
+    would then decode the previous request's answer, so the arm's state would stay one read old for the rest of the
+    run (across a reset: the last pose of the episode before). The Feetech and Dynamixel SDKs' ``clearPort`` flushes
+    output only. Anything waiting before a request is sent answers an earlier one, so nothing current is dropped. A
+    device with no serial bus (``bus`` None, a keyboard, a network robot) has nothing to drop."""
+    port = getattr(getattr(bus, "port_handler", None), "ser", None)  # opened by connect
+    if port is not None and port.is_open:
+        port.reset_input_buffer()
+
+
 class _DropClampWarnings(logging.Filter):
     """lerobot logs every clamp of ``max_relative_target`` as a multi-line warning on the root logger, at the
     control rate; the guard counts them instead (``safety.clamped_by_driver`` in the actor's status)."""
@@ -163,6 +177,7 @@ class LerobotRobot(RobotSpecs):
             self.robot.disconnect()
 
     def get_observation(self) -> dict[str, np.ndarray]:
+        drop_stale_replies(self.robot.bus)
         raw = self.robot.get_observation()
         now = time.perf_counter()
         pos = np.array([raw[f"{j}.pos"] for j in self.joints], np.float32)
@@ -178,5 +193,6 @@ class LerobotRobot(RobotSpecs):
 
     def send_action(self, action: np.ndarray) -> np.ndarray:
         sent = safe_action(action, self._action_spec)
+        drop_stale_replies(self.robot.bus)  # with max_relative_target lerobot reads the present position first
         done = self.robot.send_action({f"{j}.pos": float(v) for j, v in zip(self.joints, sent)})
         return np.array([done[f"{j}.pos"] for j in self.joints], np.float32)

@@ -16,7 +16,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from robolearn.hardware.lerobot_robot import lerobot_config_class
+from robolearn.hardware.lerobot_robot import drop_stale_replies, lerobot_config_class
 
 
 class TeleopEvent(StrEnum):
@@ -110,6 +110,7 @@ class LerobotTeleop:
     def read(self) -> TeleopReading:
         from lerobot.teleoperators.utils import TeleopEvents
 
+        drop_stale_replies(getattr(self.device, "bus", None))  # a leader arm's bus; a keyboard or gamepad has none
         raw = self.device.get_action()
         missing = [j for j in self.joints if f"{j}.pos" not in raw]
         action = None if missing else np.array([raw[f"{j}.pos"] for j in self.joints], np.float32)

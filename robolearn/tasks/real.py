@@ -66,6 +66,8 @@ class ResetConfig:
     max_speed: float = 30.0            # deg/s per joint (gripper units/s) along the reset trajectory
     by_teleop: bool = False            # the person first resets the scene by teleop, then presses Enter
     ready_timeout_s: float = 0.0       # wait this long for "ready" after the move, then start anyway (0: wait for it)
+    tolerance: float = 5.0             # robot units: the arm's measured joints (not the gripper's: it may close on
+                                       # something) this near the pose, or the reset counts as short of it
 
     def __post_init__(self) -> None:
         if self.pose not in self.poses:
@@ -74,8 +76,9 @@ class ResetConfig:
             if len(pose) != len(JOINTS):
                 raise ValueError(f"task.reset.poses.{name} must have {len(JOINTS)} values (joints in robot units), "
                                  f"got {pose}")
-        if self.max_speed <= 0 or self.ready_timeout_s < 0:
-            raise ValueError("task.reset.max_speed must be > 0 and task.reset.ready_timeout_s >= 0")
+        if self.max_speed <= 0 or self.ready_timeout_s < 0 or self.tolerance <= 0:
+            raise ValueError("task.reset.max_speed and task.reset.tolerance must be > 0, task.reset.ready_timeout_s "
+                             ">= 0")
 
 
 @dataclass
@@ -163,7 +166,8 @@ class RealTaskCounts:
     labels: dict[str, int] = field(default_factory=dict)
     time_limits: int = 0
     ready_timeouts: int = 0
-    resets_short_of_the_pose: int = 0  # the move ran out of beats (held back by the guard or an e-stop)
+    resets_short_of_the_pose: int = 0  # the move ran out of beats (held back by the guard, or the arm measured
+                                       # farther than task.reset.tolerance from the pose: blocked, or lagging)
     classifier_successes: int = 0      # episodes the classifier ended (the person said nothing that step)
     classifier_successes_sim_agrees: int = 0  # the twin only: of those, how many the hidden sim success confirms
 
@@ -366,7 +370,9 @@ class RealTaskEnv:
 
     def _move_to(self, pose: np.ndarray) -> None:
         """Joint-space line to ``pose`` at ``reset.max_speed``, each tick from what was really sent (so an e-stop
-        on the way, a hold, or the guard's own limits never make it jump when it goes on)."""
+        on the way, a hold, or the guard's own limits never make it jump when it goes on); then the pose is held
+        until the arm's measured joints are within ``reset.tolerance`` of it (a command is not a position: a
+        blocked or lagging arm is counted short, not taken for reset)."""
         step = np.full(len(JOINTS), self.task.reset.max_speed / self.control_hz, np.float32)
         self.operator.prompt = f"moving to the reset pose '{self.task.reset.pose}'"
         far = float(np.max(np.abs(pose - self.commanded())))
@@ -376,13 +382,17 @@ class RealTaskEnv:
             if not self.keep_waiting():
                 return
             now = self.commanded()
-            if np.max(np.abs(pose - now)) <= 1e-3:
+            if np.max(np.abs(pose - now)) > 1e-3:
+                self._send(now + np.clip(pose - now, -step, step), paced=True)
+            elif np.max(np.abs(self._measured()[:5] - pose[:5])) <= self.task.reset.tolerance:
                 return
-            self._send(now + np.clip(pose - now, -step, step), paced=True)
+            else:
+                self._send(pose, paced=True)  # hold it while the arm catches up with its command
             self._beat(t0)
         self.counts.resets_short_of_the_pose += 1
-        print(f"[task=real] the arm did not reach the reset pose '{self.task.reset.pose}' (held back on the way: "
-              f"{np.round(self.commanded() - pose, 1).tolist()} from it)", file=sys.stderr, flush=True)
+        print(f"[task=real] the arm did not reach the reset pose '{self.task.reset.pose}' (commanded "
+              f"{np.round(self.commanded() - pose, 1).tolist()}, measured "
+              f"{np.round(self._measured() - pose, 1).tolist()} from it)", file=sys.stderr, flush=True)
 
     def _reset_by_teleop(self) -> None:
         """The person drives (their device, bounded as when taking over) until they press Enter."""
