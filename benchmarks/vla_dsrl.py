@@ -202,23 +202,26 @@ def dsrl_run(workdir: Path, base: Path, task: PickCubeColorConfig, config: VLAPo
 def critic_demos(workdir: Path, task: PickCubeColorConfig, episodes: int) -> Path:
     """``--critic-demos``: the scripted expert's ``episodes`` episodes of the run's task, recorded by the shipped
     ``robolearn record`` (seeds from vla.py's DEMO_SEED: the scenes BC's demos start from, without their bursts and
-    decoys) into ``workdir``, or the folder an earlier run of this script recorded there (its episode count checked).
-    RuntimeError with the log's tail if the recording failed."""
+    decoys) into ``workdir``, or the folder an earlier run of this script recorded there (its episode count and the
+    task settings it was recorded with, kept beside it, checked). RuntimeError with the log's tail if the recording
+    failed."""
     folder = workdir / f"critic-demos-{episodes}{'' if task.shaped_reward else '-success-only'}"  # their rewards
+    overrides = [*task_overrides(task), f"episodes={episodes}", f"seed={DEMO_SEED}"]
+    recorded_with = folder.with_name(f"{folder.name}.json")  # beside it: the folder is a lerobot dataset
     if folder.exists():
-        recorded = json.loads((folder / "meta" / "info.json").read_text())["total_episodes"]
-        if recorded != episodes:
-            raise RuntimeError(f"{folder} holds {recorded} episodes, not {episodes}: remove it or pass another "
-                               "--workdir")
+        recorded = json.loads(recorded_with.read_text())["overrides"] if recorded_with.exists() else None
+        if recorded != overrides:
+            raise RuntimeError(f"{folder} was recorded with other settings ({recorded_with}: {recorded}, now "
+                               f"{overrides}): remove it or pass another --workdir")
         return folder
     log = workdir / "critic-demos.log"
     print(f"recording {episodes} expert episodes for the critic into {folder} (log {log})", flush=True)
     with open(log, "w") as out:
-        code = subprocess.run([str(ROBOLEARN), "record", *task_overrides(task), f"episodes={episodes}",
-                               f"seed={DEMO_SEED}", f"out={folder}"], cwd=workdir, stdout=out,
+        code = subprocess.run([str(ROBOLEARN), "record", *overrides, f"out={folder}"], cwd=workdir, stdout=out,
                               stderr=subprocess.STDOUT).returncode
     if code != 0:
         raise RuntimeError(f"robolearn record exited with {code}:\n{log.read_text()[-3000:]}")
+    recorded_with.write_text(json.dumps({"overrides": overrides}, indent=1))
     return folder
 
 

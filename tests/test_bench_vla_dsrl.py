@@ -57,8 +57,9 @@ def test_the_benchmarks_vla_settings_compose_into_the_runs_frozen_base():
 
 def test_critic_demos_are_recorded_by_the_shipped_recorder_once_and_reach_the_runs_buffer(tmp_path):
     """--critic-demos: ``robolearn record`` writes the scripted expert's episodes of the evaluation's task (from the
-    BC demos' first seed, at the run's control rate) into the work folder once; a folder of that name holding another
-    count is refused; the run's overrides compose into learner.demos = that folder and algo.demo_ratio."""
+    BC demos' first seed, at the run's control rate) into the work folder once; a folder of that name recorded with
+    other settings (another count, other sentences) is refused; the run's overrides compose into learner.demos = that
+    folder and algo.demo_ratio."""
     task = task_config(instructions(), scene_state=False)
     folder = vla_dsrl.critic_demos(tmp_path, task, 1)
     info = json.loads((folder / "meta" / "info.json").read_text())
@@ -68,8 +69,12 @@ def test_critic_demos_are_recorded_by_the_shipped_recorder_once_and_reach_the_ru
     assert vla_dsrl.critic_demos(tmp_path, task, 1) == folder
     assert (folder / "meta" / "info.json").stat().st_mtime == mtime  # kept, not recorded again
     shutil.copytree(folder, tmp_path / "critic-demos-2")
-    with pytest.raises(RuntimeError, match="holds 1 episodes, not 2"):
+    shutil.copy(tmp_path / "critic-demos-1.json", tmp_path / "critic-demos-2.json")
+    with pytest.raises(RuntimeError, match="recorded with other settings"):  # 1 episode, not 2
         vla_dsrl.critic_demos(tmp_path, task, 2)
+    reworded = replace(task, instructions={**task.instructions, "red": ["lift the crimson cube"]})
+    with pytest.raises(RuntimeError, match="crimson"):
+        vla_dsrl.critic_demos(tmp_path, reworded, 1)
 
     args = argparse.Namespace(noise_bound=1.0, actor_warmup=400, target_entropy_per_dim=-0.5, init_temperature=0.1,
                               noise_critic=False, critic_horizon=5, utd=0.25, env_steps=100, minutes=1.0,
