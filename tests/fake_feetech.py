@@ -81,7 +81,8 @@ class FakeServos:
 class FakeSerial:
     """Stands in for ``serial.Serial``: bytes written are instruction packets, answers can be read back.
     ``late_replies`` = n: the next n answers (a sync read's: every servo's packet) arrive late, once the next packet is
-    written (after the driver's read of them timed out), as a loaded host or a slow USB adapter delivers them."""
+    written (after the driver's read of them timed out), as a loaded host or a slow USB adapter delivers them;
+    ``lost_replies`` = n: the next n answers never arrive."""
 
     def __init__(self, servos: FakeServos, **_kwargs) -> None:
         self.servos = servos
@@ -89,6 +90,7 @@ class FakeSerial:
         self.tx = bytearray()
         self.is_open = True
         self.late_replies = 0
+        self.lost_replies = 0
         self._held = bytearray()
 
     @property
@@ -103,7 +105,9 @@ class FakeSerial:
             n = 4 + self.tx[3]
             packet, self.tx = bytes(self.tx[:n]), self.tx[n:]
             answer = self.servos.handle(packet)
-            if answer and self.late_replies > 0:
+            if answer and self.lost_replies > 0:
+                self.lost_replies -= 1
+            elif answer and self.late_replies > 0:
                 self.late_replies -= 1
                 self._held += answer
             else:

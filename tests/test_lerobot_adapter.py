@@ -77,6 +77,53 @@ def test_a_late_reply_never_answers_a_later_read(servos, tmp_path):
         robot.disconnect()
 
 
+def test_a_failed_read_is_read_again_then_its_error_stops_the_read(servos, tmp_path, capsys):
+    """A read whose replies are lost through lerobot's own tries is read again (robot.read_retries), counted and
+    said; once every attempt fails, lerobot's ConnectionError goes on."""
+    robot = _calibrated_robot(tmp_path)
+    robot.connect()
+    try:
+        port = robot.robot.bus.port_handler.ser
+        port.lost_replies = 3  # lerobot's three tries (its num_read_retries=2) all go unanswered
+        np.testing.assert_allclose(robot.get_observation()["state"][:5], 0.0, atol=0.1)
+        assert robot.failed_reads == 1 and "reading again (1 of robot.read_retries=2)" in capsys.readouterr().err
+        port.lost_replies = 9  # every try of every attempt
+        with pytest.raises(ConnectionError, match="Present_Position"):
+            robot.get_observation()
+        assert robot.failed_reads == 3 and port.lost_replies == 0
+        np.testing.assert_allclose(robot.get_observation()["state"][:5], 0.0, atol=0.1)  # the bus answers again
+    finally:
+        robot.disconnect()
+    with pytest.raises(ValueError, match="robot.read_retries"):
+        LerobotRobotConfig(read_retries=-1)
+
+
+def test_the_twins_velocities_are_its_positions_rate_of_change_in_the_same_units():
+    """The real adapter differentiates its positions; the twin reports MuJoCo's joint speeds, in the same units
+    (degrees a second; the gripper's 0..100 units a second, as its position maps the jaw's range)."""
+    sim = SimSO101(SimSO101Config())
+    sim.connect()
+    try:
+        prev = sim.get_observation()["state"]
+        target = prev[:6].copy()
+        target[0] += 20.0
+        target[5] = 90.0 if prev[5] < 50.0 else 10.0
+        speeds, rates = [], []
+        for _ in range(4):
+            sim.send_action(target)
+            state = sim.get_observation()["state"]
+            speeds.append(state[6:])
+            rates.append((state[:6] - prev[:6]) * sim.config.control_hz)
+            prev = state
+        for tick in (1, 2):  # moving: the mean of the speeds at a tick's ends against its average rate
+            for joint in (0, 5):
+                mean = (speeds[tick - 1][joint] + speeds[tick][joint]) / 2
+                assert abs(rates[tick][joint]) > 5.0 and 0.7 < mean / rates[tick][joint] < 1.4, (tick, joint, mean,
+                                                                                                  rates[tick][joint])
+    finally:
+        sim.disconnect()
+
+
 def test_sim_twin_and_real_robot_expose_identical_names_shapes_and_units(servos, tmp_path):
     real, sim = _calibrated_robot(tmp_path), SimSO101(SimSO101Config())
     for a, b in ((real.action_spec.array, sim.action_spec.array),
@@ -124,6 +171,17 @@ def test_so101_leader_arm_is_a_hal_teleop_over_the_fake_bus(servos, tmp_path):
         teleop.disconnect()
     with pytest.raises(ValueError, match="no_such_leader"):
         LerobotTeleop(LerobotTeleopConfig(type="no_such_leader"), list(JOINTS))
+
+
+def test_an_uncalibrated_leader_arm_is_refused_at_connect_not_at_the_first_takeover(servos, tmp_path):
+    from robolearn.hardware.teleop import LerobotTeleop, LerobotTeleopConfig
+    from robolearn.sim.so101 import JOINTS
+
+    teleop = LerobotTeleop(LerobotTeleopConfig(type="so101_leader", port="/dev/fake-ttyACM1",
+                                               calibration_dir=str(tmp_path)), list(JOINTS))  # no calibration file
+    with pytest.raises(RuntimeError, match="teleop so101_leader on /dev/fake-ttyACM1 is not calibrated"):
+        teleop.connect()
+    assert not teleop.device.is_connected
 
 
 @pytest.mark.parametrize("mode, torque_after", [("torque_off", 0), ("hold", 1)])

@@ -110,6 +110,21 @@ def test_a_reset_whose_arm_is_blocked_short_of_the_pose_is_counted_short(tmp_pat
     assert "did not reach the reset pose 'tucked'" in capsys.readouterr().err
 
 
+def test_a_reset_whose_gripper_is_held_closed_on_something_is_not_counted_short(tmp_path, monkeypatch):
+    env, rec, operator, keys = twin(tmp_path, reset=ResetConfig(pose="tucked", max_speed=120.0))
+    keys.press_on_prompt("press Enter", "enter")
+    send = env._send
+
+    def jaw_held(target: np.ndarray, paced: bool = False) -> np.ndarray:  # the driver keeps the jaw at 14 units,
+        return send(np.concatenate([target[:5], [max(float(target[5]), 14.0)]]).astype(np.float32), paced)
+    monkeypatch.setattr(env, "_send", jaw_held)  # as max_relative_target does for a jaw closed on a cube
+    env.reset(seed=1)
+    pose = np.array(env.task.reset.poses["tucked"], np.float32)
+    assert env.commanded()[5] == pytest.approx(14.0) and pose[5] == 0.0
+    np.testing.assert_allclose(env.commanded()[:5], pose[:5], atol=1e-3)
+    assert env.counts.resets_short_of_the_pose == 0
+
+
 def test_a_reset_whose_beats_run_late_still_reaches_the_pose(tmp_path, monkeypatch):
     env, rec, operator, keys = twin(tmp_path, reset=ResetConfig(pose="tucked", max_speed=120.0))
     env.robot.watch_time = True  # the guard in wall time, as with a real robot

@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import logging
 import pkgutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,10 +45,15 @@ class LerobotRobotConfig:
                                         # {wrist: {index_or_path: /dev/video0, width: 640, height: 480, fps: 30}}
     max_relative_target: float | None = None  # lerobot's own: each goal held within this of the present position
                                         # (read from the bus before every command); None: only the joint limits
+    read_retries: int = 2               # a failed observation (a camera frame older than lerobot allows, a bus reply
+                                        # lost through lerobot's own retries) read again this many times before its
+                                        # error stops the actor (the servos hold their goal meanwhile)
 
     def __post_init__(self) -> None:
         if self.on_disconnect not in ("torque_off", "hold"):
             raise ValueError(f"robot.on_disconnect must be torque_off or hold, got {self.on_disconnect!r}")
+        if self.read_retries < 0:
+            raise ValueError(f"robot.read_retries must be >= 0, got {self.read_retries}")
         check_max_relative_target(self.max_relative_target)
 
 
@@ -131,6 +137,17 @@ def drop_stale_replies(bus: Any) -> None:
         port.reset_input_buffer()
 
 
+def connect_calibrated(device: Any, what: str) -> None:
+    """Connect a lerobot robot or teleoperator without lerobot's interactive calibration; RuntimeError naming it
+    (and disconnected again) when it has no calibration: positions from an uncalibrated bus are meaningless, and
+    lerobot would only refuse at the first read (for a leader arm: when the person takes over)."""
+    device.connect(calibrate=False)
+    if not device.is_calibrated:
+        device.disconnect()
+        raise RuntimeError(f"{what} is not calibrated (no calibration for id {device.id!r} in "
+                           f"{device.calibration_dir}): run lerobot's calibration (lerobot-calibrate) first")
+
+
 class _DropClampWarnings(logging.Filter):
     """lerobot logs every clamp of ``max_relative_target`` as a multi-line warning on the root logger, at the
     control rate; the guard counts them instead (``safety.clamped_by_driver`` in the actor's status)."""
@@ -160,25 +177,37 @@ class LerobotRobot(RobotSpecs):
         self._obs_spec = ObservationSpec({**obs.arrays, **{k: ArraySpec(tuple(v), dtype="uint8")
                                                            for k, v in cams.items()}})
         self._last: tuple[float, np.ndarray] | None = None
+        self.failed_reads = 0  # observations read again after a failure (``read_retries``)
 
     @property
     def is_connected(self) -> bool:
         return self.robot.is_connected
 
     def connect(self) -> None:
-        self.robot.connect(calibrate=False)
-        if not self.robot.is_calibrated:
-            self.robot.disconnect()
-            raise RuntimeError(f"{self.config.type} on {self.config.port} is not calibrated: run lerobot's "
-                               "calibration (lerobot-calibrate) first")
+        connect_calibrated(self.robot, f"robot {self.config.type} on {self.config.port}")
 
     def disconnect(self) -> None:
         if self.robot.is_connected:
             self.robot.disconnect()
 
+    def _read(self) -> dict[str, Any]:
+        """lerobot's observation, read again (stale replies dropped first each time) up to ``read_retries`` times
+        when it fails: a USB camera stalls now and then, and a bus reply can be lost, more often while several
+        joints move at once."""
+        for attempt in range(self.config.read_retries + 1):
+            drop_stale_replies(self.robot.bus)
+            try:
+                return self.robot.get_observation()
+            except (TimeoutError, ConnectionError) as exc:
+                if attempt == self.config.read_retries:
+                    raise
+                self.failed_reads += 1
+                print(f"[robot] {self.config.type} on {self.config.port}: read failed ({exc}); reading again "
+                      f"({attempt + 1} of robot.read_retries={self.config.read_retries})", file=sys.stderr, flush=True)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
     def get_observation(self) -> dict[str, np.ndarray]:
-        drop_stale_replies(self.robot.bus)
-        raw = self.robot.get_observation()
+        raw = self._read()
         now = time.perf_counter()
         pos = np.array([raw[f"{j}.pos"] for j in self.joints], np.float32)
         vel = np.zeros_like(pos)

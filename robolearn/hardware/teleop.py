@@ -16,7 +16,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from robolearn.hardware.lerobot_robot import drop_stale_replies, lerobot_config_class
+from robolearn.hardware.lerobot_robot import connect_calibrated, drop_stale_replies, lerobot_config_class
 
 
 class TeleopEvent(StrEnum):
@@ -101,7 +101,7 @@ class LerobotTeleop:
         self._intervening = False
 
     def connect(self) -> None:
-        self.device.connect(calibrate=False)
+        connect_calibrated(self.device, f"teleop {self.config.type} on {self.config.port}")
 
     def disconnect(self) -> None:
         if self.device.is_connected:

@@ -421,8 +421,8 @@ class PickCubeEnv(CubeTaskEnv):
         return cube + np.array([0.0, 0.0, ABOVE_M]), np.array([cube[0], cube[1], self.half + 0.004])
 
     def _jaws_closed(self) -> bool:
-        """The gripper shut (under 20 units) and still: what ends the expert's ``close``."""
-        return bool(self.robot.joint_positions()[5] < 20.0 and abs(self.robot.get_observation()["state"][11]) < 5.0)
+        """The gripper shut (under 20 units) and still (its jaw under 18 deg/s): what ends the expert's ``close``."""
+        return bool(self.robot.joint_positions()[5] < 20.0 and abs(self.robot.joint_speeds_deg()[5]) < 18.0)
 
     def _plan(self, name: str, phase: str) -> tuple[np.ndarray, str]:
         """The expert's action toward cube ``name`` in ``phase``, and the phase after it."""

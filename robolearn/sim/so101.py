@@ -102,13 +102,19 @@ class SimSO101(RobotSpecs):
     def joint_positions(self) -> np.ndarray:
         return self.to_robot_units(self.data.qpos[self._qpos_idx])
 
+    def joint_speeds_deg(self) -> np.ndarray:
+        """The six joints' speeds in degrees a second (the gripper's jaw too: its angle, not its 0..100 units)."""
+        return np.degrees(self.data.qvel[self._qvel_idx])
+
     def commanded_positions(self) -> np.ndarray:
         return self.to_robot_units(self.data.ctrl[self._act_idx])
 
     def get_observation(self) -> dict[str, np.ndarray]:
         pos = self.joint_positions()
-        vel = np.degrees(self.data.qvel[self._qvel_idx]).astype(np.float32)
-        vel[5] = vel[5] / 360.0 * 100.0  # gripper velocity in (0..100 units)/s, roughly
+        qvel = self.data.qvel[self._qvel_idx]
+        vel = np.degrees(qvel).astype(np.float32)
+        vel[5] = qvel[5] / (self._rad_high[5] - self._rad_low[5]) * 100.0  # the gripper's 0..100 units a second, as
+        # its position maps the jaw's range (a real arm's finite difference of its positions gives the same)
         return {"state": np.concatenate([pos, vel]).astype(np.float32)}
 
     def send_action(self, action: np.ndarray) -> np.ndarray:

@@ -376,18 +376,18 @@ class RealTaskEnv:
         step = np.full(len(JOINTS), self.task.reset.max_speed / self.control_hz, np.float32)
         self.operator.prompt = f"moving to the reset pose '{self.task.reset.pose}'"
         far = float(np.max(np.abs(pose - self.commanded())))
+        gripper_held = False  # its command clamped where it is: closed on something (max_relative_target)
         for _ in range(int(math.ceil(far / step[0])) * 4 + 10):  # the guard may slow it: a bounded number of beats
             t0 = time.perf_counter()
             self.operator.poll()
             if not self.keep_waiting():
                 return
             now = self.commanded()
-            if np.max(np.abs(pose - now)) > 1e-3:
-                self._send(now + np.clip(pose - now, -step, step), paced=True)
-            elif np.max(np.abs(self._measured()[:5] - pose[:5])) <= self.task.reset.tolerance:
+            if (np.max(np.abs(pose[:5] - now[:5])) <= 1e-3 and (abs(pose[5] - now[5]) <= 1e-3 or gripper_held)
+                    and np.max(np.abs(self._measured()[:5] - pose[:5])) <= self.task.reset.tolerance):
                 return
-            else:
-                self._send(pose, paced=True)  # hold it while the arm catches up with its command
+            sent = self._send(now + np.clip(pose - now, -step, step), paced=True)  # at the pose: holds it
+            gripper_held = abs(pose[5] - now[5]) > 1e-3 and abs(sent[5] - now[5]) < 1e-6
             self._beat(t0)
         self.counts.resets_short_of_the_pose += 1
         print(f"[task=real] the arm did not reach the reset pose '{self.task.reset.pose}' (commanded "
