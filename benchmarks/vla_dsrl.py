@@ -209,7 +209,11 @@ def critic_demos(workdir: Path, task: PickCubeColorConfig, episodes: int) -> Pat
     overrides = [*task_overrides(task), f"episodes={episodes}", f"seed={DEMO_SEED}"]
     recorded_with = folder.with_name(f"{folder.name}.json")  # beside it: the folder is a lerobot dataset
     if folder.exists():
-        recorded = json.loads(recorded_with.read_text())["overrides"] if recorded_with.exists() else None
+        if not recorded_with.exists():
+            raise RuntimeError(f"{folder}: the settings it was recorded with were not kept ({recorded_with} is "
+                               "missing: recorded before they were, or interrupted): remove it or pass another "
+                               "--workdir")
+        recorded = json.loads(recorded_with.read_text())["overrides"]
         if recorded != overrides:
             raise RuntimeError(f"{folder} was recorded with other settings ({recorded_with}: {recorded}, now "
                                f"{overrides}): remove it or pass another --workdir")

@@ -20,7 +20,7 @@ def servos(monkeypatch):
     return servos
 
 
-def _calibrated_robot(tmp_path) -> LerobotRobot:
+def _calibrated_robot(tmp_path, **config) -> LerobotRobot:
     from lerobot.motors import MotorCalibration
 
     robot = LerobotRobot(LerobotRobotConfig(port="/dev/fake-ttyACM0", calibration_dir=str(tmp_path)))
@@ -29,7 +29,7 @@ def _calibrated_robot(tmp_path) -> LerobotRobot:
     robot.robot.calibration = calibration
     robot.robot.bus.calibration = calibration
     robot.robot._save_calibration()
-    return LerobotRobot(LerobotRobotConfig(port="/dev/fake-ttyACM0", calibration_dir=str(tmp_path)))
+    return LerobotRobot(LerobotRobotConfig(port="/dev/fake-ttyACM0", calibration_dir=str(tmp_path), **config))
 
 
 def test_so101_follower_reads_and_moves_through_the_fake_bus(servos, tmp_path):
@@ -69,10 +69,24 @@ def test_a_late_reply_never_answers_a_later_read(servos, tmp_path):
         port.late_replies = 1  # the answer to the next read (every servo's status packet) comes late
         np.testing.assert_allclose(robot.get_observation()["state"][:6], before, atol=0.2)  # the retry's
         assert port.late_replies == 0 and port.in_waiting > 0  # the retry's own replies wait on the port
-        after = np.array([-10.0, 15.0, -30.0, 40.0, 20.0, 10.0], np.float32)
-        robot.send_action(after)
-        np.testing.assert_allclose(robot.get_observation()["state"][:6], after, atol=0.2)
-        np.testing.assert_allclose(robot.get_observation()["state"][:6], after, atol=0.2)
+        servos.mem[2][56:58] = (2048 + 512).to_bytes(2, "little")  # the arm is pushed: shoulder_lift to 45 deg
+        np.testing.assert_allclose(robot.get_observation()["state"][1], 45.0, atol=0.2)
+        np.testing.assert_allclose(robot.get_observation()["state"][1], 45.0, atol=0.2)
+    finally:
+        robot.disconnect()
+
+
+def test_a_late_reply_never_answers_the_drivers_read_before_a_command(servos, tmp_path):
+    """With max_relative_target lerobot reads the present position before each command and holds the goal near
+    it: a late reply left on the port must not be that reading (the goal would be held near where the arm was)."""
+    robot = _calibrated_robot(tmp_path, max_relative_target=10.0)
+    robot.connect()
+    try:
+        robot.robot.bus.port_handler.ser.late_replies = 1
+        np.testing.assert_allclose(robot.get_observation()["state"][1], 0.0, atol=0.2)  # the retry's
+        servos.mem[2][56:58] = (2048 + 512).to_bytes(2, "little")  # the arm is pushed: shoulder_lift to 45 deg
+        target = np.array([0.0, 50.0, 0.0, 0.0, 0.0, 50.0], np.float32)
+        assert robot.send_action(target)[1] == pytest.approx(50.0, abs=0.2)  # within 10 of 45, not held near 0
     finally:
         robot.disconnect()
 

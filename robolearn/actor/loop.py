@@ -517,6 +517,7 @@ class Actor:
             "p50_period_error_ms": clock.period_error_ms(0.5) if isinstance(clock, RealClock) else 0.0,
             "p99_period_error_ms": clock.period_error_ms(0.99) if isinstance(clock, RealClock) else 0.0,
             "safety": self.guard.counts.as_dict(), "estop_latched": self.guard.estop.latched,
+            "robot_failed_reads": getattr(self.guard.robot, "failed_reads", 0),  # a real robot's re-reads
             "watchdog_tripped": self.guard.watchdog_tripped,
             "operator_prompt": getattr(self.operator, "prompt", ""),
             "gui": {"frames_sent": self.gui.frames_sent, "commands_ignored": self.gui_commands_ignored,

@@ -177,7 +177,7 @@ class LerobotRobot(RobotSpecs):
         self._obs_spec = ObservationSpec({**obs.arrays, **{k: ArraySpec(tuple(v), dtype="uint8")
                                                            for k, v in cams.items()}})
         self._last: tuple[float, np.ndarray] | None = None
-        self.failed_reads = 0  # observations read again after a failure (``read_retries``)
+        self.failed_reads = 0  # observations read again after a failure (``read_retries``; the actor's status)
 
     @property
     def is_connected(self) -> bool:
@@ -191,20 +191,25 @@ class LerobotRobot(RobotSpecs):
             self.robot.disconnect()
 
     def _read(self) -> dict[str, Any]:
-        """lerobot's observation, read again (stale replies dropped first each time) up to ``read_retries`` times
-        when it fails: a USB camera stalls now and then, and a bus reply can be lost, more often while several
-        joints move at once."""
-        for attempt in range(self.config.read_retries + 1):
+        """lerobot's observation, read again (stale replies dropped first each time, a control period later: a
+        camera's next frame) up to ``read_retries`` times when it fails: a USB camera stalls now and then, and a bus
+        reply can be lost, more often while several joints move at once. A robot that is not connected is not
+        read again."""
+        from lerobot.utils.errors import DeviceNotConnectedError
+
+        for attempt in range(1, self.config.read_retries + 1):
             drop_stale_replies(self.robot.bus)
             try:
                 return self.robot.get_observation()
+            except DeviceNotConnectedError:
+                raise
             except (TimeoutError, ConnectionError) as exc:
-                if attempt == self.config.read_retries:
-                    raise
                 self.failed_reads += 1
                 print(f"[robot] {self.config.type} on {self.config.port}: read failed ({exc}); reading again "
-                      f"({attempt + 1} of robot.read_retries={self.config.read_retries})", file=sys.stderr, flush=True)
-        raise AssertionError("unreachable: the last attempt returns or raises")
+                      f"({attempt} of robot.read_retries={self.config.read_retries})", file=sys.stderr, flush=True)
+                time.sleep(1.0 / self.config.control_hz)
+        drop_stale_replies(self.robot.bus)
+        return self.robot.get_observation()
 
     def get_observation(self) -> dict[str, np.ndarray]:
         raw = self._read()

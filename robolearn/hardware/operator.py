@@ -103,7 +103,7 @@ class GamepadTeleopConfig(PersonConfig):
 
 @dataclass
 class LeaderTeleopConfig(PersonConfig, LerobotTeleopConfig):
-    """``teleop=so101_leader`` (or any lerobot teleoperator type): the device gives joint targets."""
+    """``teleop=so101_leader`` (or another lerobot leader arm type): the device gives joint targets."""
 
     name: str = "so101_leader"
     always_intervening: bool = False   # not used here: the leader drives only while the person has taken over (space)

@@ -2,9 +2,10 @@
 
 A teleop returns an action in the robot's units plus events: a human takes over or hands back
 (intervention on/off), marks the episode a success or failure, asks to re-record it, or stops.
-``LerobotTeleop`` wraps any lerobot teleoperator chosen by its config type (``so101_leader``,
-``keyboard``, ``gamepad``, ...): its action dict is ordered as the robot's joints and its
-``get_teleop_events`` (where the device has one) become HAL events.
+``LerobotTeleop`` wraps a lerobot leader arm chosen by its config type (``so101_leader``, ``koch_leader``, ...: a
+calibrated device on a motor bus; robolearn's own keyboard, gamepad and browser teleops are in ``operator``): its
+action dict is ordered as the robot's joints and its ``get_teleop_events`` (where the device has one) become HAL
+events.
 """
 
 from __future__ import annotations

@@ -372,22 +372,26 @@ class RealTaskEnv:
         """Joint-space line to ``pose`` at ``reset.max_speed``, each tick from what was really sent (so an e-stop
         on the way, a hold, or the guard's own limits never make it jump when it goes on); then the pose is held
         until the arm's measured joints are within ``reset.tolerance`` of it (a command is not a position: a
-        blocked or lagging arm is counted short, not taken for reset)."""
+        blocked or lagging arm is counted short, not taken for reset). The jaw's command counts as there once it
+        stops gaining on the pose (held where the jaw closed on something)."""
         step = np.full(len(JOINTS), self.task.reset.max_speed / self.control_hz, np.float32)
         self.operator.prompt = f"moving to the reset pose '{self.task.reset.pose}'"
         far = float(np.max(np.abs(pose - self.commanded())))
-        gripper_held = False  # its command clamped where it is: closed on something (max_relative_target)
-        for _ in range(int(math.ceil(far / step[0])) * 4 + 10):  # the guard may slow it: a bounded number of beats
+        stalled = 0  # beats in a row the jaw's command made no headway: clamped where it is, closed on something
+        settle = int(math.ceil(self.control_hz))  # beats for the arm to catch up with a command already there
+        for _ in range(int(math.ceil(far / step[0])) * 4 + 10 + settle):  # the guard may slow it: bounded beats
             t0 = time.perf_counter()
             self.operator.poll()
             if not self.keep_waiting():
                 return
             now = self.commanded()
-            if (np.max(np.abs(pose[:5] - now[:5])) <= 1e-3 and (abs(pose[5] - now[5]) <= 1e-3 or gripper_held)
+            if (np.max(np.abs(pose[:5] - now[:5])) <= 1e-3 and (abs(pose[5] - now[5]) <= 1e-3 or stalled >= 2)
                     and np.max(np.abs(self._measured()[:5] - pose[:5])) <= self.task.reset.tolerance):
                 return
             sent = self._send(now + np.clip(pose - now, -step, step), paced=True)  # at the pose: holds it
-            gripper_held = abs(pose[5] - now[5]) > 1e-3 and abs(sent[5] - now[5]) < 1e-6
+            # under half a step nearer is no headway (an encoder count of jitter in lerobot's clamp); two beats in
+            # a row, so one beat of the guard holding every joint does not end the move
+            stalled = stalled + 1 if abs(pose[5] - sent[5]) > abs(pose[5] - now[5]) - step[5] / 2 else 0
             self._beat(t0)
         self.counts.resets_short_of_the_pose += 1
         print(f"[task=real] the arm did not reach the reset pose '{self.task.reset.pose}' (commanded "
