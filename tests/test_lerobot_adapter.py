@@ -1,14 +1,18 @@
 """lerobot's real SO-101 follower class, over a fake serial port with Feetech servos, as a HAL robot."""
 
 import logging
+import threading
+import time
 
 import numpy as np
 import pytest
 import scservo_sdk.port_handler
 
+from robolearn.hardware.frame_age import check_frame_timestamps
 from robolearn.hardware.lerobot_robot import LerobotRobot, LerobotRobotConfig
 from robolearn.hardware.robot import Robot, UnsafeActionError
 from robolearn.sim.so101 import SimSO101, SimSO101Config
+from tests.camera_feed import CameraFeed
 from tests.fake_feetech import ADDR_GOAL, FakeSerial, FakeServos
 
 
@@ -110,6 +114,69 @@ def test_a_failed_read_is_read_again_then_its_error_stops_the_read(servos, tmp_p
         robot.disconnect()
     with pytest.raises(ValueError, match="robot.read_retries"):
         LerobotRobotConfig(read_retries=-1)
+
+
+def _camera_robot(tmp_path, feed: CameraFeed, **config) -> LerobotRobot:
+    robot = _calibrated_robot(tmp_path, cameras={"wrist": {"index_or_path": str(feed.path), "width": feed.width,
+                                                           "height": feed.height, "fps": feed.fps}}, **config)
+    cam = robot.robot.cameras["wrist"]
+    cam.width = cam.height = cam.fps = None  # OpenCV sets no capture size on a pipe: it reads the stream's own
+    return robot
+
+
+def test_a_stalled_camera_is_a_failed_read_not_a_stale_image(servos, tmp_path, capsys):
+    """lerobot's camera thread keeps serving its last frame for 500 ms after the camera stalls; with
+    robot.max_frame_age_ms the frame's age (from the capture thread's own timestamps) bounds it: too old is a failed
+    read, read again a control period later, and a camera that comes back within the retries is read fresh."""
+    feed = CameraFeed(tmp_path / "wrist.y4m")
+    robot = _camera_robot(tmp_path, feed, max_frame_age_ms=150, read_retries=1)
+    robot.connect()
+    try:
+        for _ in range(5):
+            obs = robot.get_observation()
+            time.sleep(0.04)
+        assert obs["wrist"].shape == (48, 64, 3) and robot.failed_reads == 0
+        assert robot.frame_ages.summary()["wrist"]["max"] < 150
+        feed.paused.set()
+        time.sleep(0.4)
+        with pytest.raises(TimeoutError, match=r"camera wrist: frame \d+ ms old, over robot.max_frame_age_ms=150"):
+            robot.get_observation()
+        assert robot.failed_reads == 1 and robot.frame_ages.too_old == 2
+        assert "reading again (1 of robot.read_retries=1)" in capsys.readouterr().err
+        robot.config.read_retries = 10  # now the camera comes back during the retries
+        threading.Timer(0.1, feed.paused.clear).start()
+        last_before = feed.frames - 1
+        obs = robot.get_observation()
+        assert robot.failed_reads > 1 and CameraFeed.number(obs["wrist"]) != last_before % 200  # a new frame
+    finally:
+        feed.paused.clear()  # lerobot releases the capture under a read still waiting for a frame: a segfault
+        robot.disconnect()
+        feed.close()
+
+
+def test_without_max_frame_age_a_stalled_cameras_last_frame_passes_as_fresh(servos, tmp_path):
+    """What the bound adds: lerobot's own read_latest serves a 300 ms old frame, the feed's last, silently."""
+    feed = CameraFeed(tmp_path / "wrist.y4m")
+    robot = _camera_robot(tmp_path, feed, max_frame_age_ms=None)
+    robot.connect()
+    try:
+        robot.get_observation()
+        feed.paused.set()
+        time.sleep(0.3)
+        last = feed.frames - 1
+        assert CameraFeed.number(robot.get_observation()["wrist"]) == last % 200 and robot.failed_reads == 0
+        assert robot.frame_ages is None
+    finally:
+        feed.paused.clear()  # lerobot releases the capture under a read still waiting for a frame: a segfault
+        robot.disconnect()
+        feed.close()
+
+
+def test_max_frame_age_needs_cameras_that_stamp_their_frames():
+    with pytest.raises(ValueError, match="robot.cameras.wrist: lerobot's object does not stamp its frames"):
+        check_frame_timestamps({"wrist": object()})
+    with pytest.raises(ValueError, match="robot.max_frame_age_ms must be > 0"):
+        LerobotRobotConfig(max_frame_age_ms=0)
 
 
 def test_the_twins_velocities_are_its_positions_rate_of_change_in_the_same_units():

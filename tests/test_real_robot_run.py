@@ -160,6 +160,7 @@ def test_a_real_robot_run_on_fake_buses_with_a_scripted_person(tmp_path):
     assert steps["truncated"][ep2][-1] and not steps["terminated"][ep2].any() and steps["reward"][ep2].sum() == 0
     assert status["task"]["resets_short_of_the_pose"] == 0, status  # a late actor's reset still gets there
     assert isinstance(status["robot_failed_reads"], int)  # the driver's re-reads (robot.read_retries) are reported
+    assert status["robot_frame_age_ms"] == {}  # no cameras on this arm
     state = np.concatenate([b["obs.state"] for b in batches])
     starts = [np.flatnonzero(steps["episode_id"] == e)[0] for e in episodes]
     np.testing.assert_allclose(state[starts][:, :5], np.tile(TUCKED[:5], (len(starts), 1)), atol=1.0)

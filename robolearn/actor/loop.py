@@ -498,6 +498,11 @@ class Actor:
             self._write_status()
             self._last_status_write = now
 
+    def _frame_ages(self) -> dict[str, dict[str, float]]:
+        """A real robot's camera frame ages (p50, max in ms, per camera); {} for the twin, which renders on read."""
+        ages = getattr(self.guard.robot, "frame_ages", None)
+        return ages.summary() if ages is not None else {}
+
     def _write_status(self, final: bool = False) -> None:
         clock = self.clock
         write_json_atomic(self.run.status(self.name), {
@@ -518,6 +523,7 @@ class Actor:
             "p99_period_error_ms": clock.period_error_ms(0.99) if isinstance(clock, RealClock) else 0.0,
             "safety": self.guard.counts.as_dict(), "estop_latched": self.guard.estop.latched,
             "robot_failed_reads": getattr(self.guard.robot, "failed_reads", 0),  # a real robot's re-reads
+            "robot_frame_age_ms": self._frame_ages(),
             "watchdog_tripped": self.guard.watchdog_tripped,
             "operator_prompt": getattr(self.operator, "prompt", ""),
             "gui": {"frames_sent": self.gui.frames_sent, "commands_ignored": self.gui_commands_ignored,

@@ -9,7 +9,9 @@ adapter adds robolearn's contract on top:
 - action = motor position targets; ``send_action`` rejects non-finite values and clips to the joint
   limits derived from the motors' calibration before lerobot sees them;
 - every read asks the bus afresh: replies left waiting on the serial port are dropped first
-  (``drop_stale_replies``).
+  (``drop_stale_replies``);
+- a camera frame older than ``max_frame_age_ms`` is a failed read, read again like a lost bus reply
+  (``frame_age.FrameAges``; the ages are in the actor's status).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from robolearn.hardware.frame_age import FrameAges
 from robolearn.hardware.robot import RobotSpecs, check_max_relative_target, joint_specs, safe_action
 from robolearn.specs import ArraySpec, ObservationSpec
 
@@ -48,6 +51,8 @@ class LerobotRobotConfig:
     read_retries: int = 2               # a failed observation (a camera frame older than lerobot allows, a bus reply
                                         # lost through lerobot's own retries) read again this many times before its
                                         # error stops the actor (the servos hold their goal meanwhile)
+    max_frame_age_ms: float | None = 200.0  # a camera frame older than this when the observation is complete is a
+                                        # failed read (lerobot's own bound is 500 ms); null: lerobot's only
 
     def __post_init__(self) -> None:
         if self.on_disconnect not in ("torque_off", "hold"):
@@ -55,6 +60,8 @@ class LerobotRobotConfig:
         if self.read_retries < 0:
             raise ValueError(f"robot.read_retries must be >= 0, got {self.read_retries}")
         check_max_relative_target(self.max_relative_target)
+        if self.max_frame_age_ms is not None and not self.max_frame_age_ms > 0:
+            raise ValueError(f"robot.max_frame_age_ms must be > 0 or null, got {self.max_frame_age_ms}")
 
 
 def import_device_modules(package) -> None:
@@ -176,6 +183,8 @@ class LerobotRobot(RobotSpecs):
         cams = {k: v for k, v in self.robot.observation_features.items() if isinstance(v, tuple)}
         self._obs_spec = ObservationSpec({**obs.arrays, **{k: ArraySpec(tuple(v), dtype="uint8")
                                                            for k, v in cams.items()}})
+        cameras = getattr(self.robot, "cameras", {}) if config.max_frame_age_ms is not None else {}
+        self.frame_ages = FrameAges(cameras, config.max_frame_age_ms) if cameras else None
         self._last: tuple[float, np.ndarray] | None = None
         self.failed_reads = 0  # observations read again after a failure (``read_retries``; the actor's status)
 
@@ -192,15 +201,15 @@ class LerobotRobot(RobotSpecs):
 
     def _read(self) -> dict[str, Any]:
         """lerobot's observation, read again (stale replies dropped first each time, a control period later: a
-        camera's next frame) up to ``read_retries`` times when it fails: a USB camera stalls now and then, and a bus
-        reply can be lost, more often while several joints move at once. A robot that is not connected is not
-        read again."""
+        camera's next frame) up to ``read_retries`` times when it fails: a USB camera stalls now and then (or its
+        frame is older than ``max_frame_age_ms``), and a bus reply can be lost, more often while several joints
+        move at once. A robot that is not connected is not read again."""
         from lerobot.utils.errors import DeviceNotConnectedError
 
         for attempt in range(1, self.config.read_retries + 1):
             drop_stale_replies(self.robot.bus)
             try:
-                return self.robot.get_observation()
+                return self._observe()
             except DeviceNotConnectedError:
                 raise
             except (TimeoutError, ConnectionError) as exc:
@@ -209,7 +218,15 @@ class LerobotRobot(RobotSpecs):
                       f"({attempt} of robot.read_retries={self.config.read_retries})", file=sys.stderr, flush=True)
                 time.sleep(1.0 / self.config.control_hz)
         drop_stale_replies(self.robot.bus)
-        return self.robot.get_observation()
+        return self._observe()
+
+    def _observe(self) -> dict[str, Any]:
+        if self.frame_ages is None:
+            return self.robot.get_observation()
+        self.frame_ages.before()
+        raw = self.robot.get_observation()
+        self.frame_ages.check(raw)
+        return raw
 
     def get_observation(self) -> dict[str, np.ndarray]:
         raw = self._read()
