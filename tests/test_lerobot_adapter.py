@@ -213,6 +213,40 @@ def test_sim_twin_and_real_robot_expose_identical_names_shapes_and_units(servos,
     assert set(real.observation_spec.arrays) == set(sim.observation_spec.arrays) == {"state"}
 
 
+def _twin_frames(joints: list[float]) -> dict[str, np.ndarray]:
+    """The twin's link directions, tip and moving-jaw side (unit vector off the roll axis) at ``joints`` (units)."""
+    import mujoco
+
+    arm = SimSO101(SimSO101Config())
+    arm.reset_to(np.array(joints, np.float64))
+    m, d = arm.model, arm.data
+    at = {j: d.xanchor[m.joint(j).id].copy() for j in ("shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll")}
+    axis = d.xaxis[m.joint("wrist_roll").id].copy()
+    jaw = d.xipos[m.body("moving_jaw").id] - at["wrist_roll"]
+    jaw -= (jaw @ axis) * axis
+    mujoco.mj_kinematics(m, d)
+    return {"upper": at["elbow_flex"] - at["shoulder_lift"], "fore": at["wrist_flex"] - at["elbow_flex"],
+            "hand": at["wrist_roll"] - at["wrist_flex"], "jaw": jaw / np.linalg.norm(jaw),
+            "tip": d.site_xpos[m.site("tip").id].copy(), "elbow": at["elbow_flex"]}
+
+
+def test_the_twins_joint_zero_and_directions_are_a_calibrated_arms():
+    """A pose in robot units is the same pose on the twin and on a calibrated SO-101: lerobot's zero is the middle of
+    each joint's calibrated range, which the official SO-101 model (TheRobotStudio SO-ARM100, so101_new_calib, the
+    frames lerobot's kinematics use) puts at the upper arm 13.97 deg forward of vertical, the forearm 2.2 deg above
+    level, the hand level and its moving jaw on top; there, +10 deg of shoulder_pan swings the tip to -y, of
+    shoulder_lift moves the elbow forward, of wrist_roll turns the jaw towards +y (figures from that model's own
+    forward kinematics, not from the twin's constants)."""
+    zero = _twin_frames([0, 0, 0, 0, 0, 50])
+    elevation = lambda v: np.degrees(np.arctan2(v[2], np.hypot(v[0], v[1])))  # noqa: E731
+    assert abs(np.degrees(np.arctan2(zero["upper"][0], zero["upper"][2])) - 13.97) < 0.1
+    assert abs(elevation(zero["fore"]) - 2.2) < 0.1 and abs(elevation(zero["hand"])) < 0.1
+    assert zero["hand"][0] > 0 and zero["jaw"][2] > 0.99  # the hand forward, the moving jaw on top
+    assert _twin_frames([10, 0, 0, 0, 0, 50])["tip"][1] < -0.02
+    assert _twin_frames([0, 10, 0, 0, 0, 50])["elbow"][0] > zero["elbow"][0] + 0.01
+    assert _twin_frames([0, 0, 0, 0, 10, 50])["jaw"][1] > zero["jaw"][1] + 0.15  # official: -0.07 -> 0.10
+
+
 def test_unknown_lerobot_robot_type_is_named():
     with pytest.raises(ValueError, match="so999_follower"):
         LerobotRobot(LerobotRobotConfig(type="so999_follower"))

@@ -18,13 +18,14 @@ import numpy as np
 import pytest
 
 from robolearn.logging.status import read_json
+from robolearn.tasks.real import ResetConfig
 from tests.fake_bus_pty import PtyServos
 from tests.fake_feetech import ADDR_GOAL, ADDR_PRESENT, FakeServos
 from tests.helpers import fast_run_overrides, read_buffer, start_robolearn, wait_for
 
 pytestmark = pytest.mark.e2e
 
-TUCKED = [0.0, -60.0, 60.0, 60.0, 0.0, 0.0]
+TUCKED = ResetConfig().poses["tucked"]
 
 
 def _calibrate(calibration_dir: Path) -> None:

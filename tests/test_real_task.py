@@ -250,7 +250,7 @@ def test_takeover_and_hand_back_are_bumpless(tmp_path):
     from robolearn.inference.runner import ChunkPolicyRunner
     from robolearn.policies.mlp import MLPPolicyConfig, make_policy
 
-    leader = FixedLeader([60.0, -40.0, 30.0, 20.0, 0.0, 90.0])
+    leader = FixedLeader([60.0, -40.0, 30.0, 20.0, -70.0, 90.0])
     keys = ScriptedKeys(auto_ready=True)
     config = PersonConfig(name="test", max_speed=45.0, max_gripper_speed=100.0)
     operator = Operator(config, leader, keys=keys)

@@ -15,7 +15,7 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 
-from robolearn.sim.so101 import SimSO101, SimSO101Config
+from robolearn.sim.so101 import LEVEL_ARM, SimSO101, SimSO101Config
 from robolearn.sim.view import camera_frame, camera_option
 from robolearn.specs import ActionSpec, ArraySpec, ObservationSpec
 
@@ -31,7 +31,7 @@ class ArmTaskConfig:
     success_bonus: float = 10.0
     max_delta_deg: float = 6.0        # per tick, arm joints
     gripper_max_delta: float = 6.0    # per tick, gripper (0..100 units)
-    home_deg: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0, 0.0, 50.0])
+    home_deg: list[float] = field(default_factory=lambda: list(LEVEL_ARM))  # robot units
     home_noise_deg: float = 5.0
     cameras: list[str] = field(default_factory=list)  # any of "front", "wrist": uint8 images in the observation
     camera_size: int = 96                              # square images, pixels

@@ -30,7 +30,7 @@ import numpy as np
 
 from robolearn.sim.arm_task import ArmTaskConfig, ArmTaskEnv
 from robolearn.sim.ik import SiteIK, down_pose
-from robolearn.sim.so101 import SimSO101Config, arm_xml
+from robolearn.sim.so101 import SimSO101Config, arm_units, arm_xml
 from robolearn.specs import ObservationSpec, encode_text, text_spec
 
 COLOURS = {"red": (0.85, 0.15, 0.15), "green": (0.15, 0.7, 0.2), "blue": (0.15, 0.3, 0.9)}
@@ -238,7 +238,7 @@ class CubeTaskEnv(ArmTaskEnv):
         ik = self._ik if site == "grasp" else self._tip_ik
         pose = down_pose(jaw_yaw, tilt, float(np.arctan2(site_pos[1], site_pos[0])))
         q, _ = ik.solve(self.robot.data.qpos, site_pos, pose)
-        target = np.concatenate([np.degrees(q), [gripper]])
+        target = np.concatenate([arm_units(q), [gripper]])
         return self._delta_toward(target)
 
     def _at(self, site_pos: np.ndarray, tol: float, site: str = "grasp") -> bool:

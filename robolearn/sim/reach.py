@@ -17,7 +17,7 @@ import mujoco
 import numpy as np
 
 from robolearn.sim.arm_task import ArmTaskConfig, ArmTaskEnv
-from robolearn.sim.so101 import SimSO101Config
+from robolearn.sim.so101 import SimSO101Config, arm_rate_units
 
 
 @dataclass
@@ -64,7 +64,7 @@ class ReachEnv(ArmTaskEnv):
         j = jac[:, self.robot.arm_dof_indices]
         aim = self._target + self.aim_offset
         dq = j.T @ np.linalg.solve(j @ j.T + 1e-4 * np.eye(3), aim - d.site_xpos[self._tip])
-        return self.action_spec.clip(np.concatenate([np.degrees(dq), [0.0]]).astype(np.float32))
+        return self.action_spec.clip(np.concatenate([arm_rate_units(dq), [0.0]]).astype(np.float32))
 
     def success(self) -> bool:
         """The sim's own success signal: the tip within ``success_radius`` of the target."""

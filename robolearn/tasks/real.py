@@ -50,7 +50,7 @@ from robolearn.hardware.teleop import TeleopEvent
 from robolearn.registry import lookup
 from robolearn.rewards.classifier import load_classifier
 from robolearn.sim.ik import SiteIK
-from robolearn.sim.so101 import JOINTS, SimSO101, SimSO101Config
+from robolearn.sim.so101 import JOINTS, LEVEL_ARM, SimSO101, SimSO101Config, arm_units
 from robolearn.specs import ActionSpec, ArraySpec, ObservationSpec
 
 REWARDS = ("human", "classifier")
@@ -61,8 +61,8 @@ class ResetConfig:
     """``task.reset.*``."""
 
     pose: str = "home"                 # a name in ``poses``
-    poses: dict[str, list[float]] = field(default_factory=lambda: {
-        "home": [0.0, 0.0, 0.0, 0.0, 0.0, 50.0], "tucked": [0.0, -60.0, 60.0, 60.0, 0.0, 0.0]})
+    poses: dict[str, list[float]] = field(default_factory=lambda: {   # robot units (a calibrated arm's degrees)
+        "home": list(LEVEL_ARM), "tucked": [0.0, -73.96, 76.2, 57.8, -87.2, 0.0]})
     max_speed: float = 30.0            # deg/s per joint (gripper units/s) along the reset trajectory
     by_teleop: bool = False            # the person first resets the scene by teleop, then presses Enter
     ready_timeout_s: float = 0.0       # wait this long for "ready" after the move, then start anyway (0: wait for it)
@@ -153,7 +153,7 @@ class ArmKinematics:
         qpos[self.arm.qpos_indices] = self.arm.to_radians(np.asarray(joints, np.float64))
         arm_rad, _ = self.ik.solve(qpos, np.asarray(tip, np.float64))
         out = np.asarray(joints, np.float32).copy()
-        out[:5] = np.degrees(arm_rad)
+        out[:5] = arm_units(arm_rad)
         return out
 
 
