@@ -25,11 +25,12 @@ ARM_JOINTS = JOINTS[:5]
 
 # A calibrated real arm reads each arm joint as sign * (the twin's angle) + offset, in degrees. lerobot's zero is the
 # middle of each joint's calibrated range, which the official SO-101 model (TheRobotStudio's so101_new_calib, whose
-# frames lerobot's own kinematics use unchanged) puts at: the upper arm 13.96 deg forward of vertical, the forearm
-# 2.2 deg above level, the hand level with its moving jaw on top; shoulder_pan and wrist_roll turn the other way
-# round. The twin's own zero (upper arm vertical, forearm and hand level, the jaws opening sideways) is the simpler
-# one to build. wrist_roll's zero is the pose the person held at calibration (its range is the full turn), so its
-# offset holds for a wrist held level, jaw on top. docs/architecture.md, "The twin's joint convention".
+# frames lerobot's own kinematics use unchanged) puts at: the upper arm 13.97 deg forward of vertical, the forearm
+# 2.21 deg above level, the hand level with its moving jaw on top (the offsets below give these to 0.05 deg);
+# shoulder_pan and wrist_roll turn the other way round. The twin's own zero (upper arm vertical, forearm and hand
+# level, the jaws opening sideways) is the simpler one to build. wrist_roll's zero is the pose the person held at
+# calibration (its range is the full turn), so its offset holds for a wrist held level, jaw on top.
+# docs/architecture.md, "The twin's joint convention".
 CALIBRATED_SIGN = np.array([-1.0, 1.0, 1.0, 1.0, -1.0])
 CALIBRATED_OFFSET_DEG = np.array([0.0, -13.96, 16.2, -2.2, -87.2])
 # The twin's zero with the jaws half open, in robot units: the upper arm vertical, the forearm and hand level and
