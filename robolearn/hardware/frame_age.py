@@ -57,7 +57,7 @@ class FrameAges:
         ages = {}
         for key in self.cameras:
             latest, stamp = self._latest(key)
-            if latest is not raw[key] and self._stamps.get(key) is not None:
+            if latest is not raw.get(key) and self._stamps.get(key) is not None:
                 stamp = self._stamps[key]  # a newer frame came after the read: bound the one read from above
             if stamp is None:
                 raise TimeoutError(f"camera {key}: no frame captured yet")
