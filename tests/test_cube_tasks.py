@@ -87,13 +87,13 @@ def test_without_shaping_only_success_pays_as_a_real_robots_labels_do(make):
 def test_cube_moves_only_through_contact():
     """The cube is a real physics body: pushing it moves it, an arm hovering above does not."""
     env = PushCubeEnv()
-    env.reset(seed=3)
+    env.reset(seed=4)  # a long push (seed 3 pushes under 4 cm since the twin's joint convention)
     start = env.cube_pos("red")
     for _ in range(15):  # the expert's approach phase stays above the cube
         env.step(env.expert_action())
     np.testing.assert_allclose(env.cube_pos("red"), start, atol=1e-3)
-    info, _ = run_expert(env, 3)
-    assert info["success"] and np.linalg.norm(env.cube_pos("red")[:2] - start[:2]) > 0.03
+    info, _ = run_expert(env, 4)
+    assert info["success"] and np.linalg.norm(env.cube_pos("red")[:2] - start[:2]) > 0.04
 
 
 def test_observation_layout_and_specs():

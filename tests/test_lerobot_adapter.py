@@ -214,9 +214,8 @@ def test_sim_twin_and_real_robot_expose_identical_names_shapes_and_units(servos,
 
 
 def _twin_frames(joints: list[float]) -> dict[str, np.ndarray]:
-    """The twin's link directions, tip and moving-jaw side (unit vector off the roll axis) at ``joints`` (units)."""
-    import mujoco
-
+    """The twin's link directions, tip and moving-jaw side (unit vector off the roll axis) at ``joints`` (units;
+    ``reset_to`` runs the forward kinematics)."""
     arm = SimSO101(SimSO101Config())
     arm.reset_to(np.array(joints, np.float64))
     m, d = arm.model, arm.data
@@ -224,7 +223,6 @@ def _twin_frames(joints: list[float]) -> dict[str, np.ndarray]:
     axis = d.xaxis[m.joint("wrist_roll").id].copy()
     jaw = d.xipos[m.body("moving_jaw").id] - at["wrist_roll"]
     jaw -= (jaw @ axis) * axis
-    mujoco.mj_kinematics(m, d)
     return {"upper": at["elbow_flex"] - at["shoulder_lift"], "fore": at["wrist_flex"] - at["elbow_flex"],
             "hand": at["wrist_roll"] - at["wrist_flex"], "jaw": jaw / np.linalg.norm(jaw),
             "tip": d.site_xpos[m.site("tip").id].copy(), "elbow": at["elbow_flex"]}

@@ -48,7 +48,7 @@ class LerobotRobotConfig:
                                         # {wrist: {index_or_path: /dev/video0, width: 640, height: 480, fps: 30}}
     max_relative_target: float | None = None  # lerobot's own: each goal held within this of the present position
                                         # (read from the bus before every command); None: only the joint limits
-    read_retries: int = 2               # a failed observation (a camera frame older than lerobot allows, a bus reply
+    read_retries: int = 2               # a failed observation (a camera frame over max_frame_age_ms, a bus reply
                                         # lost through lerobot's own retries) read again this many times before its
                                         # error stops the actor (the servos hold their goal meanwhile)
     max_frame_age_ms: float | None = 200.0  # a camera frame older than this when the observation is complete is a
