@@ -47,6 +47,13 @@ a real robot's person or success classifier rewards it (the evaluation counts su
 episodes from ``--eval-seed`` played K times sampling other noise (draw 0 seeded as the evaluation is), pass@k and
 how many episodes succeed in every draw, some or none, into ``<workdir>/pass_at.json``; no DSRL run.
 
+``--noise-sensitivity R`` (with ``--base``) measures only whether the BC start's outcomes follow its noise smoothly:
+each of ``--episodes`` episodes from ``--eval-seed`` played once recording every chunk's noise (draw 0), then
+replayed R times from that noise perturbed by s (sqrt(1 - s^2) x recorded + s x a fresh draw, the same prior) for
+each s of SENSITIVITY_SCALES; the replays' success around the recorded successes and around the failures, per s,
+into ``<workdir>/noise_sensitivity.json``; no DSRL run. An outcome a noise policy could steer by choosing the noise
+stays with the recorded one under small s; one that is chaotic in the noise falls to its scene's own odds (s = 1).
+
 ``--confirm WORKDIR`` (``make bench-vla-dsrl ARGS="--confirm <the figure's workdir>"``) evaluates the committed figure's
 policies again, on 100 episodes from ``--confirm-seed`` (930000: no run, no development and no other benchmark has
 used them): the BC start both ways and each run's last checkpoint, found in the work folder that figure's run left
@@ -69,6 +76,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import tempfile
@@ -77,6 +85,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -345,6 +354,105 @@ def pass_at(ok: torch.Tensor) -> dict:
             "episodes_never": int((rate == 0).sum())}
 
 
+class ReplayedNoise(torch.nn.Module):
+    """``--noise-sensitivity``: ``policy`` served from noise it is handed. Recording, each chunk's noise is drawn as
+    the policy draws it itself (``noise_scale`` x N(0, I) from torch's generator, which the loop seeds per episode,
+    so an episode recorded from the evaluation's seeding is its draw 0) and kept in ``noises``; replaying, chunk j
+    starts from sqrt(1 - s^2) ``noises[j]`` + s eps, eps ~ N(0, noise_scale^2 I) from this module's own generator:
+    another draw of the same prior, correlated sqrt(1 - s^2) with the recorded one (s = 0: the recorded noise; s = 1:
+    an independent draw)."""
+
+    def __init__(self, policy: VLAPolicy, seed: int = 0) -> None:
+        super().__init__()
+        self.policy = policy
+        self.horizon = policy.horizon
+        self.noises: list[torch.Tensor] = []
+        self.scale: float | None = None  # None: record
+        self.generator = torch.Generator().manual_seed(seed)
+        self._next = 0
+
+    def record(self) -> None:
+        self.noises, self.scale, self._next = [], None, 0
+
+    def replay(self, scale: float) -> None:
+        if not 0 <= scale <= 1:
+            raise ValueError(f"ReplayedNoise: a replay's perturbation s must be in [0, 1], got {scale}")
+        self.scale, self._next = scale, 0
+
+    def draw(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """The next chunk's noise of ``shape`` (B, H, A): drawn and kept (recording) or the kept one perturbed."""
+        sigma = self.policy.config.noise_scale
+        if self.scale is None:
+            self.noises.append(sigma * torch.randn(shape))
+            return self.noises[-1]
+        if self._next >= len(self.noises):  # the replay outlasted the recording: fresh noise for the rest
+            kept = sigma * torch.randn(shape, generator=self.generator)
+        else:
+            kept = self.noises[self._next]
+        self._next += 1
+        eps = sigma * torch.randn(shape, generator=self.generator)
+        return math.sqrt(1 - self.scale ** 2) * kept + self.scale * eps
+
+    @torch.no_grad()
+    def predict_chunk(self, observations: dict[str, np.ndarray], prefix: np.ndarray, prefix_len: np.ndarray,
+                      explore: bool = False) -> np.ndarray:  # noqa: ARG002 (the noise is the module's)
+        noise = self.draw((len(prefix_len), self.horizon, self.policy.action_dim))
+        obs = self.policy.observation_tensors(observations)
+        out = self.policy.chunk_from_noise(obs, noise, torch.as_tensor(prefix, dtype=torch.float32),
+                                           torch.as_tensor(prefix_len, dtype=torch.long))
+        return out.numpy().astype(np.float32)
+
+
+SENSITIVITY_SCALES = (0.0, 0.05, 0.15, 0.4, 1.0)  # s of --noise-sensitivity's replays
+
+
+def noise_sensitivity(env: PickCubeEnv, policy: VLAPolicy, replays: int, episodes: int, first_seed: int) -> dict:
+    """``--noise-sensitivity R``: each of ``episodes`` episodes from ``first_seed`` played once recording every
+    chunk's noise (the evaluation's draw 0), then R times at each s of SENSITIVITY_SCALES (once at s = 0) from the
+    recorded noise perturbed by s (``ReplayedNoise``). Per s, the replays' success around the recorded episodes that
+    succeeded and around those that failed. Where an outcome changes smoothly with the noise it stays with the
+    recorded one at small s; where it is chaotic in the noise, small s already gives each scene's own odds (those of
+    s = 1). RuntimeError when an s = 0 replay does not repeat its recording (the replay would not be the same
+    episode)."""
+    served = ReplayedNoise(policy)
+    loop = episode_loop(env, ChunkPolicyRunner(served, env.observation_spec, env.action_spec.dim), EXECUTE)
+    rows, t0 = [], time.perf_counter()
+    for ep in range(episodes):
+        seed = first_seed + ep
+        served.record()
+        recorded = bool(loop.run(seed=seed, episode_id=ep).success)
+        row = {"seed": seed, "success": recorded, "chunks": len(served.noises), "replays": {}}
+        for scale in SENSITIVITY_SCALES:
+            outcomes = []
+            for _ in range(replays if scale else 1):
+                served.replay(scale)
+                outcomes.append(bool(loop.run(seed=seed, episode_id=ep).success))
+            row["replays"][str(scale)] = outcomes
+        if row["replays"]["0.0"] != [recorded]:
+            raise RuntimeError(f"episode {seed}: replaying its recorded noise (s = 0) did not repeat its outcome "
+                               f"({recorded}): the episode is not deterministic given its noise")
+        rows.append(row)
+        print(f"  episode {seed}: {'success' if recorded else 'failure'}, replays {row['replays']} "
+              f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    return {"replays_per_scale": replays, "episodes": episodes,
+            "recorded_success": round(sum(r["success"] for r in rows) / episodes, 4),
+            "by_scale": sensitivity_by_scale(rows), "per_episode": rows}
+
+
+def sensitivity_by_scale(rows: list[dict]) -> dict[str, dict]:
+    """``noise_sensitivity``'s replays pooled per s: their success around recorded successes and around recorded
+    failures, with how many replays each."""
+    out = {}
+    for scale in rows[0]["replays"]:
+        pooled = {}
+        for name, kept in (("around_success", True), ("around_failure", False)):
+            outcomes = [o for r in rows if r["success"] == kept for o in r["replays"][scale]]
+            pooled[name] = round(sum(outcomes) / len(outcomes), 4) if outcomes else None
+            pooled[f"{name}_replays"] = len(outcomes)
+        out[f"s={scale}"] = pooled
+    return out
+
+
 BASELINE_NOISE_SCALES = (1.0, 0.5)  # the BC start is sampled at each (and its own) for the gain's baseline: 0.5 gave
                                     # the e7ae670 figure's start 0.52 against 0.45 at 1 (BENCHMARKS.md, vla_dsrl)
 
@@ -430,6 +538,10 @@ def main() -> None:
     ap.add_argument("--pass-at", type=int, default=0, metavar="K", help="only the BC start's headroom (with --base): "
                     "each of --episodes episodes from --eval-seed played K times sampling other noise; pass@k into "
                     "<workdir>/pass_at.json, no DSRL runs")
+    ap.add_argument("--noise-sensitivity", type=int, default=0, metavar="R", help="only whether the BC start's "
+                    "outcomes follow its noise smoothly (with --base): each of --episodes episodes from --eval-seed "
+                    "recorded, then replayed R times from its noise perturbed by each s of SENSITIVITY_SCALES; "
+                    "into <workdir>/noise_sensitivity.json, no DSRL runs")
     ap.add_argument("--confirm-seed", type=int, default=CONFIRM_SEED, help="--confirm's first episode seed")
     args = ap.parse_args()
     if args.runs < 1:
@@ -441,6 +553,9 @@ def main() -> None:
         ap.error("--runs must be >= 3 for the figure (a median over runs)")
     if args.pass_at < 0 or (args.pass_at and (args.base is None or args.confirm)):
         ap.error("--pass-at K (K >= 1) evaluates a saved BC start: it needs --base and takes no --confirm")
+    if args.noise_sensitivity < 0 or (args.noise_sensitivity and (args.base is None or args.confirm or args.pass_at)):
+        ap.error("--noise-sensitivity R (R >= 1) evaluates a saved BC start: it needs --base and takes no --confirm "
+                 "or --pass-at")
     if args.confirm and (args.workdir or args.base):
         ap.error("--confirm evaluates the figure's own BC start and runs: no --workdir or --base with it")
     command = run_command(ap, args, "bench-vla-dsrl", "vla_dsrl.py")
@@ -477,6 +592,17 @@ def main() -> None:
         env.close()
         (workdir / "pass_at.json").write_text(json.dumps(headroom, indent=1) + "\n")
         print(f"BC start's pass@k {headroom['pass_at']} -> {workdir / 'pass_at.json'}")
+        return
+    if args.noise_sensitivity:
+        policy, _ = load_policy(env, config, base, settings, "--base")
+        sensitivity = {"command": command, "commit": COMMIT, "checkpoint": str(base),
+                       "noise_scale": config.noise_scale, "scales": list(SENSITIVITY_SCALES),
+                       "seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}",
+                       **noise_sensitivity(env, policy, args.noise_sensitivity, args.episodes, args.eval_seed)}
+        env.close()
+        (workdir / "noise_sensitivity.json").write_text(json.dumps(sensitivity, indent=1) + "\n")
+        print(f"BC start's noise sensitivity {json.dumps(sensitivity['by_scale'])} -> "
+              f"{workdir / 'noise_sensitivity.json'}")
         return
     demos = critic_demos(workdir, task, args.critic_demos).resolve() if args.critic_demos else None
     if base is None:

@@ -11,6 +11,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -452,3 +453,68 @@ def test_bench_vla_dagger_refines_on_the_demos_and_the_oracles_labels_of_the_bc_
     with pytest.raises(SystemExit):
         vla.main()
     assert "--dagger must be >= 0, and its rollouts are trained on in the refinement" in capsys.readouterr().err
+
+
+def test_replayed_noise_records_the_policys_own_draw_and_replays_it_perturbed_by_s():
+    """Recording serves the chunk the VLA would sample itself from the same seeding (the evaluation's draw 0); a
+    replay at s = 0 repeats every recorded chunk, at s > 0 it starts from other noise of the same prior."""
+    env = make_env(instructions(), scene_state=False)
+    try:
+        torch.manual_seed(0)
+        policy = VLAPolicy(env.observation_spec, env.action_spec, policy_config()).eval()
+        obs, _ = env.reset(seed=50_000)
+    finally:
+        env.close()
+    observations = {k: v[None] for k, v in obs.items()}
+    prefix, lens = np.zeros((1, 0, env.action_spec.dim), np.float32), np.zeros(1, np.int64)
+    served = vla_dsrl.ReplayedNoise(policy)
+
+    def chunks() -> list[np.ndarray]:
+        return [served.predict_chunk(observations, prefix, lens) for _ in range(2)]
+
+    torch.manual_seed(7)
+    own = [policy.predict_chunk(observations, prefix, lens) for _ in range(2)]
+    served.record()
+    torch.manual_seed(7)
+    recorded = chunks()
+    assert len(served.noises) == 2 and all(np.array_equal(a, b) for a, b in zip(own, recorded))
+    served.replay(0.0)
+    assert all(np.array_equal(a, b) for a, b in zip(recorded, chunks()))
+    served.replay(0.05)
+    nearby = chunks()
+    assert not any(np.array_equal(a, b) for a, b in zip(recorded, nearby))
+    served.replay(1.0)
+    far = chunks()
+    assert np.abs(far[0] - recorded[0]).mean() > np.abs(nearby[0] - recorded[0]).mean()
+    with pytest.raises(ValueError, match="must be in"):
+        served.replay(1.5)
+
+
+def test_noise_sensitivity_pools_the_replays_around_recorded_successes_and_failures():
+    rows = [{"success": True, "replays": {"0.0": [True], "0.05": [True, False]}},
+            {"success": True, "replays": {"0.0": [True], "0.05": [True, True]}},
+            {"success": False, "replays": {"0.0": [False], "0.05": [False, True]}}]
+    got = vla_dsrl.sensitivity_by_scale(rows)
+    assert got["s=0.0"] == {"around_success": 1.0, "around_success_replays": 2, "around_failure": 0.0,
+                            "around_failure_replays": 1}
+    assert got["s=0.05"] == {"around_success": 0.75, "around_success_replays": 4, "around_failure": 0.5,
+                             "around_failure_replays": 2}
+
+
+def test_a_replays_noise_is_the_recorded_noises_prior_correlated_sqrt_1_minus_s_squared_with_it():
+    env = make_env(instructions(), scene_state=False)
+    try:
+        policy = VLAPolicy(env.observation_spec, env.action_spec, policy_config())
+    finally:
+        env.close()
+    served = vla_dsrl.ReplayedNoise(policy)
+    served.record()
+    torch.manual_seed(3)
+    recorded = served.draw((200, 100, 1))
+    sigma = policy.config.noise_scale
+    for s in (0.05, 0.4, 1.0):
+        served.replay(s)
+        noise = served.draw((200, 100, 1))
+        assert abs(noise.std().item() / sigma - 1) < 0.03, s
+        correlation = torch.corrcoef(torch.stack([noise.flatten(), recorded.flatten()]))[0, 1].item()
+        assert abs(correlation - (1 - s ** 2) ** 0.5) < 0.03, s
