@@ -365,11 +365,15 @@ class ReplayedNoise(torch.nn.Module):
     def __init__(self, policy: VLAPolicy, seed: int = 0) -> None:
         super().__init__()
         self.policy = policy
-        self.horizon = policy.horizon
         self.noises: list[torch.Tensor] = []
         self.scale: float | None = None  # None: record
         self.generator = torch.Generator().manual_seed(seed)
         self._next = 0
+
+    @property
+    def horizon(self) -> int:
+        """The policy's chunk length (the runner checks a request's prefix against it)."""
+        return self.policy.horizon
 
     def record(self) -> None:
         self.noises, self.scale, self._next = [], None, 0
@@ -584,25 +588,23 @@ def main() -> None:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-vla-dsrl-"))
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"work folder: {workdir} (the BC start, each run, progress.json)", flush=True)
-    if args.pass_at:
+    if args.pass_at or args.noise_sensitivity:
         policy, _ = load_policy(env, config, base, settings, "--base")
-        headroom = {"command": command, "commit": COMMIT, "checkpoint": str(base), "noise_scale": config.noise_scale,
-                    "seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}",
-                    **pass_at(draw_outcomes(env, policy, args.pass_at, args.episodes, args.eval_seed))}
+        if args.pass_at:
+            name, measured = "pass_at", pass_at(draw_outcomes(env, policy, args.pass_at, args.episodes, args.eval_seed))
+        else:
+            name, measured = "noise_sensitivity", {
+                "scales": list(SENSITIVITY_SCALES),
+                **noise_sensitivity(env, policy, args.noise_sensitivity, args.episodes, args.eval_seed)}
         env.close()
-        (workdir / "pass_at.json").write_text(json.dumps(headroom, indent=1) + "\n")
-        print(f"BC start's pass@k {headroom['pass_at']} -> {workdir / 'pass_at.json'}")
-        return
-    if args.noise_sensitivity:
-        policy, _ = load_policy(env, config, base, settings, "--base")
-        sensitivity = {"command": command, "commit": COMMIT, "checkpoint": str(base),
-                       "noise_scale": config.noise_scale, "scales": list(SENSITIVITY_SCALES),
-                       "seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}",
-                       **noise_sensitivity(env, policy, args.noise_sensitivity, args.episodes, args.eval_seed)}
-        env.close()
-        (workdir / "noise_sensitivity.json").write_text(json.dumps(sensitivity, indent=1) + "\n")
-        print(f"BC start's noise sensitivity {json.dumps(sensitivity['by_scale'])} -> "
-              f"{workdir / 'noise_sensitivity.json'}")
+        path = workdir / f"{name}.json"
+        path.write_text(json.dumps({"command": command, "commit": COMMIT, "checkpoint": str(base),
+                                    "noise_scale": config.noise_scale,
+                                    "seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}", **measured},
+                                   indent=1) + "\n")
+        shown = (f"pass@k {measured['pass_at']}" if args.pass_at
+                 else f"noise sensitivity {json.dumps(measured['by_scale'])}")
+        print(f"BC start's {shown} -> {path}")
         return
     demos = critic_demos(workdir, task, args.critic_demos).resolve() if args.critic_demos else None
     if base is None:
