@@ -22,7 +22,7 @@
            policy=dsrl policy.base.name=vla policy.base.<the VLA's settings> policy.base_checkpoint=<the BC start>
            policy.noise_bound=<--noise-bound> algo=dsrl algo.actor_warmup=<--actor-warmup>
            algo.target_entropy_per_dim=<--target-entropy-per-dim> algo.init_temperature=<--init-temperature>
-           algo.noise_critic=<--noise-critic>
+           algo.noise_critic=<--noise-critic> policy.shared_noise=<--shared-noise>
            algo.critic_horizon=<--critic-horizon, default 5: the critic scores the actions each chunk executes>
            learner.utd_ratio=<--utd> learner.threads=2 budget.env_steps=<--env-steps>
            actor.chunking.mode=sync actor.chunking.splice=replace actor.chunking.max_prefix=0
@@ -39,6 +39,10 @@ shipped ``robolearn record`` (seeds from vla.py's DEMO_SEED), into every run's b
 ``--demo-ratio`` of each batch (``algo.demo_ratio``, RLPD): the critic and pi_W learn from them as from the run's own
 steps. They are offline data, like the BC start's demos, and not counted in the env-step budget. Off by default
 (development, BENCHMARKS.md vla_dsrl: it did not help).
+
+``--shared-noise`` has the noise policy choose one 6-element noise, started at each of the chunk's 10 positions
+(``policy.shared_noise``: 6 dimensions to search instead of 60); the BC start is then also evaluated sampling such
+noise (``shared noise scale <s>``, one more serving in the gain's baseline), and ``--pass-at`` draws such noise.
 
 ``--success-reward-only`` runs DSRL on ``task.shaped_reward=false``: the success bonus alone, no distance terms, as
 a real robot's person or success classifier rewards it (the evaluation counts success either way).
@@ -170,6 +174,7 @@ def run_overrides(base: Path, task: PickCubeColorConfig, config: VLAPolicyConfig
                  f"policy.noise_bound={args.noise_bound}", "algo=dsrl", f"algo.actor_warmup={args.actor_warmup}",
                  f"algo.target_entropy_per_dim={args.target_entropy_per_dim}",
                  f"algo.init_temperature={args.init_temperature}", f"algo.noise_critic={args.noise_critic}",
+                 f"policy.shared_noise={args.shared_noise}",
                  f"algo.critic_horizon={args.critic_horizon}",
                  f"learner.utd_ratio={args.utd}", "learner.threads=2", f"budget.env_steps={args.env_steps}",
                  f"budget.minutes={args.minutes}", f"seed={seed}", *chunking,
@@ -283,7 +288,8 @@ def confirm(workdir: Path, env: PickCubeEnv, config: VLAPolicyConfig, settings: 
         raise SystemExit(f"--confirm: the BC start in {workdir} (loss {bc['final_loss']}, commit {bc['commit']}) is "
                          f"not the figure's ({result['bc_start']['final_loss']}, {result['bc_start']['commit']})")
     start = {k: v.clone() for k, v in policy.state_dict().items()}
-    starts, baseline = start_success(env, config, policy, start, evaluate_on)
+    starts, baseline = start_success(env, config, policy, start, evaluate_on,
+                                     result["settings"].get("shared_noise", False))  # served as the figure's
     before = starts[f"noise scale {config.noise_scale}"]
     print("BC start: " + "; ".join(f"{k} {v['success']:.2f}" for k, v in starts.items()), flush=True)
     runs = []
@@ -325,7 +331,8 @@ class NoiseDraw:
         torch.manual_seed(seed + self.draw * self.SPACING)
 
 
-def draw_outcomes(env: PickCubeEnv, policy: VLAPolicy, draws: int, episodes: int, first_seed: int) -> torch.Tensor:
+def draw_outcomes(env: PickCubeEnv, policy: VLAPolicy | SharedNoise, draws: int, episodes: int,
+                  first_seed: int) -> torch.Tensor:
     """``--pass-at``: success (draws, episodes) bool of ``policy`` sampling its noise, each of ``episodes`` episodes
     from ``first_seed`` played ``draws`` times, served as the evaluation serves it."""
     noise = NoiseDraw()
@@ -352,6 +359,35 @@ def pass_at(ok: torch.Tensor) -> dict:
             "pass_at": [round(float(ok[:k].any(0).float().mean()), 4) for k in range(1, ok.shape[0] + 1)],
             "episodes_always": int((rate == 1).sum()), "episodes_sometimes": int(((rate > 0) & (rate < 1)).sum()),
             "episodes_never": int((rate == 0).sum())}
+
+
+class SharedNoise(torch.nn.Module):
+    """``policy`` served from one A-element noise ``noise_scale`` x N(0, I) (torch's generator, which the loop seeds
+    per episode) started at every one of the chunk's H positions: the noise ``--shared-noise``'s noise policy chooses
+    from, sampled as the VLA samples its own."""
+
+    def __init__(self, policy: VLAPolicy) -> None:
+        super().__init__()
+        self.policy = policy
+
+    @property
+    def horizon(self) -> int:
+        """The policy's chunk length (the runner checks a request's prefix against it)."""
+        return self.policy.horizon
+
+    @torch.no_grad()
+    def predict_chunk(self, observations: dict[str, np.ndarray], prefix: np.ndarray, prefix_len: np.ndarray,
+                      explore: bool = False) -> np.ndarray:  # noqa: ARG002 (the noise is drawn here)
+        noise = self.policy.config.noise_scale * torch.randn(len(prefix_len), 1, self.policy.action_dim)
+        return chunk_from(self.policy, observations, noise.repeat(1, self.horizon, 1), prefix, prefix_len)
+
+
+def chunk_from(policy: VLAPolicy, observations: dict[str, np.ndarray], noise: torch.Tensor, prefix: np.ndarray,
+               prefix_len: np.ndarray) -> np.ndarray:
+    """``policy``'s chunks (B, H, A) float32 from ``noise`` (B, H, A), served as ``predict_chunk`` serves them."""
+    obs = policy.observation_tensors(observations)
+    return policy.chunk_from_noise(obs, noise, torch.as_tensor(prefix, dtype=torch.float32),
+                                   torch.as_tensor(prefix_len, dtype=torch.long)).numpy().astype(np.float32)
 
 
 class ReplayedNoise(torch.nn.Module):
@@ -401,10 +437,7 @@ class ReplayedNoise(torch.nn.Module):
     def predict_chunk(self, observations: dict[str, np.ndarray], prefix: np.ndarray, prefix_len: np.ndarray,
                       explore: bool = False) -> np.ndarray:  # noqa: ARG002 (the noise is the module's)
         noise = self.draw((len(prefix_len), self.horizon, self.policy.action_dim))
-        obs = self.policy.observation_tensors(observations)
-        out = self.policy.chunk_from_noise(obs, noise, torch.as_tensor(prefix, dtype=torch.float32),
-                                           torch.as_tensor(prefix_len, dtype=torch.long))
-        return out.numpy().astype(np.float32)
+        return chunk_from(self.policy, observations, noise, prefix, prefix_len)
 
 
 SENSITIVITY_SCALES = (0.0, 0.05, 0.15, 0.4, 1.0)  # s of --noise-sensitivity's replays
@@ -462,14 +495,19 @@ BASELINE_NOISE_SCALES = (1.0, 0.5)  # the BC start is sampled at each (and its o
 
 
 def start_success(env: PickCubeEnv, config: VLAPolicyConfig, policy: VLAPolicy, start: dict[str, torch.Tensor],
-                  evaluate_on: Callable[[torch.nn.Module], dict]) -> tuple[dict[str, dict], float]:
+                  evaluate_on: Callable[[torch.nn.Module], dict],
+                  shared: bool = False) -> tuple[dict[str, dict], float]:
     """The BC start's success by ``evaluate_on``, sampled at each noise scale of BASELINE_NOISE_SCALES and its own
-    (keyed "noise scale <s>") and from zero noise ("zero noise"), and the best of them: the baseline the gain is
-    measured over, so that no way of serving the start without DSRL does better than what the gain starts from."""
+    (keyed "noise scale <s>"), with ``shared`` also sampling one noise for the whole chunk at its own scale ("shared
+    noise scale <s>", ``SharedNoise``), and from zero noise ("zero noise"), and the best of them: the baseline the
+    gain is measured over, so that no way of serving the start without DSRL does better than what the gain starts
+    from."""
     out = {}
     for scale in sorted({*BASELINE_NOISE_SCALES, config.noise_scale}, reverse=True):
         with sampling_at(policy, scale):
             out[f"noise scale {scale}"] = evaluate_on(policy)
+    if shared:
+        out[f"shared noise scale {config.noise_scale}"] = evaluate_on(SharedNoise(policy))
     out["zero noise"] = evaluate_on(zero_noise(env, config, start))
     return out, max(r["success"] for r in out.values())
 
@@ -506,6 +544,9 @@ def main() -> None:
                     help="algo.init_temperature: SAC's entropy weight alpha at the start")
     ap.add_argument("--noise-critic", action="store_true",
                     help="algo.noise_critic: the noise policy learns from a distilled noise critic (DSRL-NA)")
+    ap.add_argument("--shared-noise", action="store_true",
+                    help="policy.shared_noise: one noise of the action's size for the whole chunk (the start is also "
+                    "served sampling such noise; --pass-at draws it)")
     ap.add_argument("--critic-horizon", type=int, default=EXECUTE,
                     help="algo.critic_horizon: the actions of each chunk the critic scores (default: the executed "
                     f"ones, {EXECUTE}; 0: the whole chunk of {H}, as before 2026-12-06)")
@@ -591,7 +632,8 @@ def main() -> None:
     if args.pass_at or args.noise_sensitivity:
         policy, _ = load_policy(env, config, base, settings, "--base")
         if args.pass_at:
-            name, measured = "pass_at", pass_at(draw_outcomes(env, policy, args.pass_at, args.episodes, args.eval_seed))
+            drawn = SharedNoise(policy) if args.shared_noise else policy
+            name, measured = "pass_at", pass_at(draw_outcomes(env, drawn, args.pass_at, args.episodes, args.eval_seed))
         else:
             name, measured = "noise_sensitivity", {
                 "scales": list(SENSITIVITY_SCALES),
@@ -599,7 +641,7 @@ def main() -> None:
         env.close()
         path = workdir / f"{name}.json"
         path.write_text(json.dumps({"command": command, "commit": COMMIT, "checkpoint": str(base),
-                                    "noise_scale": config.noise_scale,
+                                    "noise_scale": config.noise_scale, "shared_noise": args.shared_noise,
                                     "seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}", **measured},
                                    indent=1) + "\n")
         shown = (f"pass@k {measured['pass_at']}" if args.pass_at
@@ -616,7 +658,8 @@ def main() -> None:
     else:
         policy, bc_record = load_policy(env, config, base, settings, "--base")
     start = {k: v.clone() for k, v in policy.state_dict().items()}
-    starts, baseline = start_success(env, config, policy, start, held_out)  # the gain is over the best of them
+    # the gain is over the best of them
+    starts, baseline = start_success(env, config, policy, start, held_out, args.shared_noise)
     before, zero = starts[f"noise scale {config.noise_scale}"], starts["zero noise"]
     print("BC start: " + "; ".join(f"{k} {v['success']:.2f} {v['per_colour']}" for k, v in starts.items()), flush=True)
 
@@ -655,6 +698,7 @@ def main() -> None:
                                   "critic_horizon": args.critic_horizon,
                                   "target_entropy_per_dim": args.target_entropy_per_dim,
                                   "init_temperature": args.init_temperature, "noise_critic": args.noise_critic,
+                                  "shared_noise": args.shared_noise,
                                   "actor_warmup": args.actor_warmup, "learner_threads": 2,
                                   "critic_demos": args.critic_demos, "shaped_reward": task.shaped_reward,
                                   "demo_ratio": args.demo_ratio if args.critic_demos else 0.0,

@@ -79,13 +79,17 @@ def test_critic_demos_are_recorded_by_the_shipped_recorder_once_and_reach_the_ru
 
     args = argparse.Namespace(noise_bound=1.0, actor_warmup=400, target_entropy_per_dim=-0.5, init_temperature=0.1,
                               noise_critic=False, critic_horizon=5, utd=0.25, env_steps=100, minutes=1.0,
-                              demo_ratio=0.5)
+                              demo_ratio=0.5, shared_noise=False)
     ckpt = tmp_path / "bc" / "latest.pt"
     ran = validate(compose(overrides=vla_dsrl.run_overrides(ckpt, task, policy_config(), 0, args, folder)))
     assert (ran.learner.demos, ran.algo.demo_ratio, ran.task) == (str(folder), 0.5, task)
     check_recorded_rate(folder, ran.configured_control_hz())  # the recording's fps is the run's rate
     without = validate(compose(overrides=vla_dsrl.run_overrides(ckpt, task, policy_config(), 0, args)))
     assert (without.learner.demos, without.algo.demo_ratio) == ("", 0.0)
+    assert not without.policy.shared_noise
+    args.shared_noise = True
+    shared = validate(compose(overrides=vla_dsrl.run_overrides(ckpt, task, policy_config(), 0, args)))
+    assert shared.policy.shared_noise  # --shared-noise reaches the run's noise policy
 
 
 def test_pass_at_k_counts_episodes_with_a_success_in_their_first_k_draws():
@@ -518,3 +522,25 @@ def test_a_replays_noise_is_the_recorded_noises_prior_correlated_sqrt_1_minus_s_
         assert abs(noise.std().item() / sigma - 1) < 0.03, s
         correlation = torch.corrcoef(torch.stack([noise.flatten(), recorded.flatten()]))[0, 1].item()
         assert abs(correlation - (1 - s ** 2) ** 0.5) < 0.03, s
+
+
+def test_shared_noise_serves_the_vla_from_one_seeded_draw_of_the_actions_size_at_every_position():
+    env = make_env(instructions(), scene_state=False)
+    try:
+        torch.manual_seed(0)
+        policy = VLAPolicy(env.observation_spec, env.action_spec, policy_config()).eval()
+        obs, _ = env.reset(seed=50_000)
+    finally:
+        env.close()
+    observations = {k: v[None] for k, v in obs.items()}
+    prefix, lens = np.zeros((1, 0, env.action_spec.dim), np.float32), np.zeros(1, np.int64)
+    torch.manual_seed(7)
+    served = vla_dsrl.SharedNoise(policy).predict_chunk(observations, prefix, lens)
+    torch.manual_seed(7)  # the draw is torch's, so the loop's per-episode seeding (NoiseDraw's draws) sets it
+    v = torch.randn(1, 1, env.action_spec.dim)
+    with torch.no_grad():
+        expected = policy.chunk_from_noise(policy.observation_tensors(observations), v.repeat(1, policy.horizon, 1),
+                                           torch.as_tensor(prefix), torch.as_tensor(lens)).numpy()
+    np.testing.assert_array_equal(served, expected)
+    torch.manual_seed(7)
+    assert not np.array_equal(policy.predict_chunk(observations, prefix, lens), served)  # not the VLA's own noise

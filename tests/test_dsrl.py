@@ -180,6 +180,35 @@ def test_the_target_entropy_counts_every_element_of_the_noise(tmp_path):
         DSRLConfig(target_entropy_per_dim=float("nan"))
 
 
+def test_shared_noise_is_one_action_sized_choice_started_at_every_position_of_the_chunk(tmp_path):
+    policy = DSRLPolicy(OBS, ACT, DSRLPolicyConfig(base=BASE, base_checkpoint=_base_checkpoint(tmp_path),
+                                                   hidden_dims=[32, 32], shared_noise=True))
+    assert policy.noise_dim == 3 and policy.noise_actor.action_dim == 3  # |W| = A, not H * A
+    state = _batch()["obs"]
+    torch.manual_seed(0)
+    w, log_prob = policy.noise(state)
+    assert w.shape == (32, 4, 3) and log_prob.shape == (32,)
+    assert torch.equal(w, w[:, :1].expand(-1, 4, -1))  # the same vector at each of the H positions
+    assert not torch.equal(w[0, 0], w[1, 0])  # chosen per state
+    assert torch.equal(policy.chunk_noise(policy.noise_vector(w)), w)
+    # served: the base's chunk from the repeated noise policy's mean
+    prefix, prefix_len = np.zeros((32, 2, 3), np.float32), np.zeros(32, np.int64)
+    mean, _ = policy.noise(state, explore=False)
+    served = policy.predict_chunk({"state": state.numpy()}, prefix, prefix_len)
+    np.testing.assert_array_equal(served, policy.base.chunk_from_noise(
+        state, mean, torch.as_tensor(prefix), torch.as_tensor(prefix_len)).detach().numpy())
+    algo = DSRL(policy, DSRLConfig(critic_hidden_dims=[32, 32], noise_critic=True, critic_horizon=2))
+    assert algo.target_entropy == -0.5 * 3  # e * |W| with |W| = A
+    batch = {**_batch(), "action": _batch()["action"][:, :6]}
+    before = {k: v.clone() for k, v in policy.noise_actor.state_dict().items()}
+    for _ in range(3):
+        metrics = algo.update(batch)  # Q_W reads v (B, A)
+    assert all(np.isfinite(v) for v in metrics.values())
+    assert any(not torch.equal(v, before[k]) for k, v in policy.noise_actor.state_dict().items())
+    with pytest.raises(RuntimeError):  # Q_W takes the A-vector, not the chunk's H * A noise
+        algo.noise_critic(policy.normalise(state), w.flatten(1))
+
+
 def test_a_critic_horizon_other_than_the_executed_actions_is_warned_of(tmp_path, capsys):
     from robolearn.builders import build_policy, task_specs
     from robolearn.config import check_buildable, validate

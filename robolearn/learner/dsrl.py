@@ -9,6 +9,9 @@ the noise policy (w = b * tanh(u), u ~ N(mu(s), sigma(s))):
     L_pi    = mean_B (alpha * log pi_W(w~|s) - mean_i Q_i(s, F_k(s, w~))),  w~ ~ pi_W(s), the gradient through F
     L_alpha = -mean_B log_alpha * (log pi_W(w~|s) + target_entropy),  target entropy e |W| (e = -1/2 by default)
 
+With ``policy.shared_noise`` pi_W chooses one A-vector v that starts every one of the chunk's H positions (w = v
+repeated, ``DSRLPolicy.chunk_noise``): log pi_W, |W| and Q_W's input are v's, A elements instead of H * A.
+
 With ``noise_critic`` (DSRL-NA, "noise aliasing") pi_W learns from a noise critic Q_W instead, distilled from Q over
 noise drawn, row by row at even odds, from pi_W or from the base's own prior N(0, I) (clipped to the bound b), so
 pi_W's gradient never passes through F:
@@ -77,7 +80,8 @@ class DSRLConfig:
     demo_ratio: float = 0.0        # RLPD: share of each batch from demo + intervention steps (when any)
     grad_clip_norm: float = 0.0
     feature_cache: int = 200_000   # a VLA base's features kept per stored observation (rows; 0: encode every draw)
-    target_entropy_per_dim: float = -0.5  # e: target entropy e * |W| (|W| = H * A, the noise's elements; as SAC's)
+    target_entropy_per_dim: float = -0.5  # e: target entropy e * |W| (|W|: pi_W's elements, H * A or A with
+                                          # policy.shared_noise; as SAC's)
     critic_horizon: int = 0        # k: the critic scores a chunk's first k actions, bootstrapping k steps on (set it
                                    # to actor.chunking.execute_horizon: the robot asks again after those); 0: all H
     noise_critic: bool = False     # DSRL-NA: pi_W learns from Q_W(s, w) distilled from Q(s, F_k(s, w)), not through F
@@ -122,16 +126,17 @@ class DSRL:
         device = module_device(policy)
         self.critic, self.critic_target = critic_and_target(policy.context_dim, self.critic_horizon * policy.action_dim,
                                                             config.num_critics, config.critic_hidden_dims, device)
-        self.target_entropy = config.target_entropy_per_dim * policy.horizon * policy.action_dim  # |W| = H * A
+        self.target_entropy = config.target_entropy_per_dim * policy.noise_dim  # |W|: H * A, or A when shared
         self.temperature = Temperature(config.init_temperature, self.target_entropy, config.temperature_lr)
         self._actor_params = list(policy.noise_actor.parameters())  # never the base's
         self._critic_params = list(self.critic.parameters())
-        # Q_W (DSRL-NA) on (c(s), w flattened): the action critic's size, learning rate and clipping
+        # Q_W (DSRL-NA) on (c(s), v), v the noise policy's (B, |W|): the action critic's size, learning rate and
+        # clipping
         self.noise_critic: EnsembleCritic | None = None
         self._noise_critic_params: list[torch.Tensor] = []
         self.noise_critic_opt: torch.optim.Optimizer | None = None
         if config.noise_critic:
-            self.noise_critic = EnsembleCritic(policy.context_dim, policy.horizon * policy.action_dim,
+            self.noise_critic = EnsembleCritic(policy.context_dim, policy.noise_dim,
                                                config.num_critics, config.critic_hidden_dims).to(device)
             self._noise_critic_params = list(self.noise_critic.parameters())
             self.noise_critic_opt = torch.optim.Adam(self._noise_critic_params, lr=config.critic_lr)
@@ -179,19 +184,20 @@ class DSRL:
 
     def distil_step(self, obs: Observation, context: torch.Tensor, feat: torch.Tensor) -> dict[str, float]:
         """L_W: one step of the noise critic Q_W towards the action critic's ensemble mean value of F_k(s, w), each
-        row's w drawn from pi_W(s) or from the base's prior N(0, I) clipped to the bound, by an even coin per row
-        (rows come grouped by partition, so a split by position would give demo rows one kind of noise only);
+        row's v (B, |W|, w = v as the chunk's noise) drawn from pi_W(s) or from the base's prior N(0, I) clipped to
+        the bound, by an even coin per row (rows come grouped by partition, so a split by position would give demo
+        rows one kind of noise only);
         ``context`` c(s) and ``feat`` its normalised form (B, C)."""
         if self.noise_critic is None:
             raise RuntimeError("DSRL.distil_step needs the noise critic: set algo.noise_critic=true")
         with torch.no_grad():
-            drawn, _ = self.actor.noise(context)  # (B, H, A)
+            drawn = self.actor.noise_vector(self.actor.noise(context)[0])  # v (B, |W|)
             bound = self.actor.config.noise_bound
             prior = torch.randn(drawn.shape, generator=self.generator).clamp(-bound, bound).to(drawn.device)
             from_prior = (torch.rand(drawn.shape[0], generator=self.generator) < 0.5).to(drawn.device)
-            noise = torch.where(from_prior[:, None, None], prior, drawn)
-            value = self.critic(feat, self.executed_actions(obs, noise, context)).mean(dim=0)
-        q_w = self.noise_critic(feat, noise.flatten(1))
+            noise = torch.where(from_prior[:, None], prior, drawn)
+            value = self.critic(feat, self.executed_actions(obs, self.actor.chunk_noise(noise), context)).mean(dim=0)
+        q_w = self.noise_critic(feat, noise)
         loss = ((q_w - value.unsqueeze(0)) ** 2).mean(dim=1).sum()
         optimiser_step(self.noise_critic_opt, loss, self._noise_critic_params, self.cfg.grad_clip_norm)
         return {"noise_critic_loss": loss.item()}
@@ -216,7 +222,7 @@ class DSRL:
         if self.num_updates > self.cfg.actor_warmup and self.num_updates % self.cfg.actor_update_every == 0:
             if self.noise_critic is not None:  # DSRL-NA: scored by Q_W on the noise itself
                 noise, log_prob = self.actor.noise(context)
-                critic, scored = self.noise_critic, noise.flatten(1)
+                critic, scored = self.noise_critic, self.actor.noise_vector(noise)
             else:  # scored by Q on F_k(s, w~): the gradient reaches pi_W through F
                 critic, (scored, log_prob) = self.critic, self.policy_actions(obs, context)
             self._last_actor_metrics = actor_step(self.actor_opt, self._actor_params, critic, self.temperature,

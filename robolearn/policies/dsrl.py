@@ -1,7 +1,11 @@
 """A frozen flow-matching chunk policy steered through its noise (DSRL, docs/algorithms.md, "DSRL").
 
-    w ~ pi_W(.|s) = b * tanh(N(mu(s), sigma(s)))     (B, H * A), the noise the flow starts from (b = noise_bound)
+    v ~ pi_W(.|s) = b * tanh(N(mu(s), sigma(s)))     (B, |W|), the noise policy's choice (b = noise_bound)
+    w = v as (H, A), or v repeated at each of the H positions with ``shared_noise``   (B, H, A): the flow's start
     a = F(s, w)                                       (B, H, A), the frozen policy's Euler integration from w
+
+|W| is H * A (a noise for every action of the chunk), or A with ``shared_noise`` (one A-vector for the whole chunk, a
+tenth of the dimensions for a 10-action chunk to search: docs/algorithms.md, "DSRL").
 
 ``base`` is a ``flow_chunk`` or ``vla`` policy trained before (behaviour cloning, HABC, Hi-ORS; ``policy.base.name``)
 and never changed here: its parameters do not require gradients and no optimiser holds them; ``algo=dsrl`` loads
@@ -43,6 +47,8 @@ class DSRLPolicyConfig:
     base_checkpoint: str = ""      # the flow policy's weights: a robolearn checkpoint (runs/<bc run>/checkpoints/
                                    # latest.pt); algo=dsrl loads them at the run's first start
     noise_bound: float = 1.5       # b: the noise policy's output is in [-b, b] per element
+    shared_noise: bool = False     # pi_W chooses one A-vector, repeated at each of the chunk's H positions (|W| = A),
+                                   # not one per action (|W| = H * A)
     hidden_dims: list[int] = field(default_factory=lambda: [256, 256])  # the noise policy's MLP
     log_std_min: float = -5.0
     log_std_max: float = 2.0
@@ -61,7 +67,8 @@ class DSRLPolicyConfig:
 
 
 class DSRLPolicy(nn.Module):
-    """The frozen ``base`` and the trained ``noise_actor``; ``horizon`` and ``action_dim`` are the base's."""
+    """The frozen ``base`` and the trained ``noise_actor``; ``horizon`` and ``action_dim`` are the base's,
+    ``noise_dim`` |W| the noise policy's output."""
 
     def __init__(self, obs_spec: ObservationSpec, action_spec: ActionSpec, config: DSRLPolicyConfig) -> None:
         super().__init__()
@@ -70,7 +77,7 @@ class DSRLPolicy(nn.Module):
         self.horizon, self.action_dim, self.obs_dim = self.base.horizon, self.base.action_dim, self.base.obs_dim
         self.observation_keys = tuple(getattr(self.base, "observation_keys", ("state",)))
         self.reads_more = self.observation_keys != ("state",)
-        noise_dim = self.horizon * self.action_dim
+        self.noise_dim = noise_dim = self.action_dim if config.shared_noise else self.horizon * self.action_dim
         noise_spec = ActionSpec(ArraySpec((noise_dim,), low=(-1.0,) * noise_dim, high=(1.0,) * noise_dim))
         self.noise_actor = GaussianChunkPolicy(self._context_spec(obs_spec), noise_spec, MLPPolicyConfig(
             hidden_dims=config.hidden_dims, log_std_min=config.log_std_min, log_std_max=config.log_std_max,
@@ -116,16 +123,28 @@ class DSRLPolicy(nn.Module):
                              f"{str(exc).splitlines()[-1].strip()} (set policy.base.* to that run's policy settings, "
                              "its config.yaml's policy section)") from None
 
+    def chunk_noise(self, v: torch.Tensor) -> torch.Tensor:
+        """The flow's start w (B, H, A) from the noise policy's v (B, |W|): v as (H, A), or repeated at every
+        position with ``shared_noise``."""
+        if self.config.shared_noise:
+            return v.unsqueeze(1).repeat(1, self.horizon, 1)
+        return v.view(-1, self.horizon, self.action_dim)
+
+    def noise_vector(self, w: torch.Tensor) -> torch.Tensor:
+        """The inverse of ``chunk_noise`` on its image: v (B, |W|) from w (B, H, A) (its first position when
+        shared: every position is the same)."""
+        return w[:, 0] if self.config.shared_noise else w.flatten(1)
+
     def noise(self, context: torch.Tensor, explore: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-        """w (B, H, A) in [-b, b] and log pi_W(w|s) (B,) from the context c(s) (B, C) (exploring: a
-        reparameterised sample; else the mean)."""
+        """w (B, H, A) in [-b, b] and log pi_W(v|s) (B,) of the chosen v (B, |W|) behind it, from the context
+        c(s) (B, C) (exploring: a reparameterised sample; else the mean)."""
         feat = self.noise_actor.features(context)
         if explore:
             u, log_prob = self.noise_actor.sample_features(feat)
         else:
             u, log_prob = torch.tanh(self.noise_actor.head(feat)[0]), context.new_zeros(context.shape[0])
-        b = self.config.noise_bound  # w = b * u: log pi_W(w) = log pi(u) - dim * log b (a constant)
-        return b * u.view(-1, self.horizon, self.action_dim), log_prob - u.shape[-1] * float(np.log(b))
+        b = self.config.noise_bound  # v = b * u: log pi_W(v) = log pi(u) - |W| * log b (a constant)
+        return self.chunk_noise(b * u), log_prob - u.shape[-1] * float(np.log(b))
 
     def actions(self, obs: torch.Tensor | dict[str, torch.Tensor], noise: torch.Tensor,
                 prefix: torch.Tensor | None = None, prefix_len: torch.Tensor | None = None,
