@@ -40,9 +40,11 @@ shipped ``robolearn record`` (seeds from vla.py's DEMO_SEED), into every run's b
 steps. They are offline data, like the BC start's demos, and not counted in the env-step budget. Off by default
 (development, BENCHMARKS.md vla_dsrl: it did not help).
 
-``--shared-noise`` has the noise policy choose one 6-element noise, started at each of the chunk's 10 positions
-(``policy.shared_noise``: 6 dimensions to search instead of 60); the BC start is then also evaluated sampling such
-noise (``shared noise scale <s>``, one more serving in the gain's baseline), and ``--pass-at`` draws such noise.
+By default (``--shared-noise``, since 2026-12-07) the noise policy chooses one 6-element noise, started at each of
+the chunk's 10 positions (``policy.shared_noise``: 6 dimensions to search instead of 60); the BC start is then also
+evaluated sampling such noise (``shared noise scale <s>``, one more serving in the gain's baseline), and ``--pass-at``
+draws such noise. ``--no-shared-noise``: a noise per action, 60 elements, as every figure before it
+(``--noise-sensitivity`` always perturbs a noise per action).
 
 ``--success-reward-only`` runs DSRL on ``task.shaped_reward=false``: the success bonus alone, no distance terms, as
 a real robot's person or success classifier rewards it (the evaluation counts success either way).
@@ -544,7 +546,7 @@ def main() -> None:
                     help="algo.init_temperature: SAC's entropy weight alpha at the start")
     ap.add_argument("--noise-critic", action="store_true",
                     help="algo.noise_critic: the noise policy learns from a distilled noise critic (DSRL-NA)")
-    ap.add_argument("--shared-noise", action="store_true",
+    ap.add_argument("--shared-noise", action=argparse.BooleanOptionalAction, default=True,
                     help="policy.shared_noise: one noise of the action's size for the whole chunk (the start is also "
                     "served sampling such noise; --pass-at draws it)")
     ap.add_argument("--critic-horizon", type=int, default=EXECUTE,
