@@ -42,8 +42,8 @@ steps. They are offline data, like the BC start's demos, and not counted in the 
 
 By default (``--shared-noise``, since 2026-12-07) the noise policy chooses one 6-element noise, started at each of
 the chunk's 10 positions (``policy.shared_noise``: 6 dimensions to search instead of 60); the BC start is then also
-evaluated sampling such noise (``shared noise scale <s>``, one more serving in the gain's baseline), and ``--pass-at``
-draws such noise. ``--no-shared-noise``: a noise per action, 60 elements, as every figure before it
+evaluated sampling such noise at each scale (``shared noise scale <s>``, in the gain's baseline with either setting),
+and ``--pass-at`` draws such noise. ``--no-shared-noise``: a noise per action, 60 elements, as every figure before it
 (``--noise-sensitivity`` always perturbs a noise per action).
 
 ``--success-reward-only`` runs DSRL on ``task.shaped_reward=false``: the success bonus alone, no distance terms, as
@@ -71,7 +71,8 @@ served every figure of this benchmark since ``c0557d8``, and its budget was rais
 them; the confirmation's seeds are the check that the gain is not theirs.
 
 The BC start is evaluated as the VLA serves itself (its flow from sampled noise) at each noise scale of
-BASELINE_NOISE_SCALES (1, what training saw, and 0.5) and at ``--noise-scale``, and from zero noise (through DSRL's
+BASELINE_NOISE_SCALES (1, what training saw, and 0.5) and at ``--noise-scale``, at the same scales from one sampled
+noise shared by the chunk's positions (since 2026-12-07), and from zero noise (through DSRL's
 serving with the noise policy's mean held at 0: where a run's deterministic evaluation starts before it learns).
 ``dsrl_success_gain`` (issue 18, >= 0.15): the median over runs of success after minus the best of these, with min
 and max, and each run's success beside it. Each run's config is checked against the evaluation's task,
@@ -290,8 +291,7 @@ def confirm(workdir: Path, env: PickCubeEnv, config: VLAPolicyConfig, settings: 
         raise SystemExit(f"--confirm: the BC start in {workdir} (loss {bc['final_loss']}, commit {bc['commit']}) is "
                          f"not the figure's ({result['bc_start']['final_loss']}, {result['bc_start']['commit']})")
     start = {k: v.clone() for k, v in policy.state_dict().items()}
-    starts, baseline = start_success(env, config, policy, start, evaluate_on,
-                                     result["settings"].get("shared_noise", False))  # served as the figure's
+    starts, baseline = start_success(env, config, policy, start, evaluate_on)
     before = starts[f"noise scale {config.noise_scale}"]
     print("BC start: " + "; ".join(f"{k} {v['success']:.2f}" for k, v in starts.items()), flush=True)
     runs = []
@@ -364,13 +364,13 @@ def pass_at(ok: torch.Tensor) -> dict:
 
 
 class SharedNoise(torch.nn.Module):
-    """``policy`` served from one A-element noise ``noise_scale`` x N(0, I) (torch's generator, which the loop seeds
-    per episode) started at every one of the chunk's H positions: the noise ``--shared-noise``'s noise policy chooses
-    from, sampled as the VLA samples its own."""
+    """``policy`` served from one A-element noise ``scale`` x N(0, I) (torch's generator, which the loop seeds per
+    episode) started at every one of the chunk's H positions: the kind of noise ``--shared-noise``'s noise policy
+    chooses, sampled as the VLA samples its own."""
 
-    def __init__(self, policy: VLAPolicy) -> None:
+    def __init__(self, policy: VLAPolicy, scale: float) -> None:
         super().__init__()
-        self.policy = policy
+        self.policy, self.scale = policy, scale
 
     @property
     def horizon(self) -> int:
@@ -380,7 +380,8 @@ class SharedNoise(torch.nn.Module):
     @torch.no_grad()
     def predict_chunk(self, observations: dict[str, np.ndarray], prefix: np.ndarray, prefix_len: np.ndarray,
                       explore: bool = False) -> np.ndarray:  # noqa: ARG002 (the noise is drawn here)
-        noise = self.policy.config.noise_scale * torch.randn(len(prefix_len), 1, self.policy.action_dim)
+        device = next(self.policy.parameters()).device
+        noise = self.scale * torch.randn(len(prefix_len), 1, self.policy.action_dim, device=device)
         return chunk_from(self.policy, observations, noise.repeat(1, self.horizon, 1), prefix, prefix_len)
 
 
@@ -497,19 +498,17 @@ BASELINE_NOISE_SCALES = (1.0, 0.5)  # the BC start is sampled at each (and its o
 
 
 def start_success(env: PickCubeEnv, config: VLAPolicyConfig, policy: VLAPolicy, start: dict[str, torch.Tensor],
-                  evaluate_on: Callable[[torch.nn.Module], dict],
-                  shared: bool = False) -> tuple[dict[str, dict], float]:
-    """The BC start's success by ``evaluate_on``, sampled at each noise scale of BASELINE_NOISE_SCALES and its own
-    (keyed "noise scale <s>"), with ``shared`` also sampling one noise for the whole chunk at its own scale ("shared
-    noise scale <s>", ``SharedNoise``), and from zero noise ("zero noise"), and the best of them: the baseline the
-    gain is measured over, so that no way of serving the start without DSRL does better than what the gain starts
-    from."""
+                  evaluate_on: Callable[[torch.nn.Module], dict]) -> tuple[dict[str, dict], float]:
+    """The BC start's success by ``evaluate_on``, at each noise scale s of BASELINE_NOISE_SCALES and its own sampling
+    a noise per action as the VLA does ("noise scale <s>") and one noise for the whole chunk ("shared noise scale
+    <s>", ``SharedNoise``: what ``--shared-noise`` steers), and from zero noise ("zero noise"), and the best of them:
+    the baseline the gain is measured over, so that no way of serving the start without DSRL does better than what
+    the gain starts from (either kind of noise, whichever the runs steer)."""
     out = {}
     for scale in sorted({*BASELINE_NOISE_SCALES, config.noise_scale}, reverse=True):
         with sampling_at(policy, scale):
             out[f"noise scale {scale}"] = evaluate_on(policy)
-    if shared:
-        out[f"shared noise scale {config.noise_scale}"] = evaluate_on(SharedNoise(policy))
+        out[f"shared noise scale {scale}"] = evaluate_on(SharedNoise(policy, scale))
     out["zero noise"] = evaluate_on(zero_noise(env, config, start))
     return out, max(r["success"] for r in out.values())
 
@@ -634,7 +633,7 @@ def main() -> None:
     if args.pass_at or args.noise_sensitivity:
         policy, _ = load_policy(env, config, base, settings, "--base")
         if args.pass_at:
-            drawn = SharedNoise(policy) if args.shared_noise else policy
+            drawn = SharedNoise(policy, config.noise_scale) if args.shared_noise else policy
             name, measured = "pass_at", pass_at(draw_outcomes(env, drawn, args.pass_at, args.episodes, args.eval_seed))
         else:
             name, measured = "noise_sensitivity", {
@@ -661,7 +660,7 @@ def main() -> None:
         policy, bc_record = load_policy(env, config, base, settings, "--base")
     start = {k: v.clone() for k, v in policy.state_dict().items()}
     # the gain is over the best of them
-    starts, baseline = start_success(env, config, policy, start, held_out, args.shared_noise)
+    starts, baseline = start_success(env, config, policy, start, held_out)
     before, zero = starts[f"noise scale {config.noise_scale}"], starts["zero noise"]
     print("BC start: " + "; ".join(f"{k} {v['success']:.2f} {v['per_colour']}" for k, v in starts.items()), flush=True)
 

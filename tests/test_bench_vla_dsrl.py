@@ -318,25 +318,33 @@ def test_bench_vla_evaluates_the_policies_its_workdir_holds_without_recording_de
 
 
 def test_the_gain_is_measured_over_the_best_way_of_serving_the_bc_start():
-    """The baseline is the best of the BC start sampled at each baseline noise scale and from zero noise; the policy
-    serves at its own scale again afterwards."""
+    """The baseline is the best of the BC start sampled at each baseline noise scale (a noise per action, and one
+    shared by the chunk) and from zero noise; the policy serves at its own scale again afterwards."""
     env = make_env(instructions(), scene_state=False)
     config = policy_config()
     torch.manual_seed(0)
     policy = VLAPolicy(env.observation_spec, env.action_spec, config)
     start = {k: v.clone() for k, v in policy.state_dict().items()}
     by_scale = {1.0: 0.45, 0.5: 0.52}
+    shared = {1.0: 0.47, 0.5: 0.55}
 
     def evaluate_on(served) -> dict:
-        success = 0.44 if isinstance(served, DSRLPolicy) else by_scale[served.config.noise_scale]
+        if isinstance(served, DSRLPolicy):
+            success = 0.44
+        elif isinstance(served, vla_dsrl.SharedNoise):
+            assert served.policy is policy
+            success = shared[served.scale]
+        else:
+            success = by_scale[served.config.noise_scale]
         return {"success": success, "per_colour": {}}
     try:
         starts, baseline = vla_dsrl.start_success(env, config, policy, start, evaluate_on)
     finally:
         env.close()
-    assert {k: v["success"] for k, v in starts.items()} == {"noise scale 1.0": 0.45, "noise scale 0.5": 0.52,
-                                                            "zero noise": 0.44}
-    assert baseline == 0.52 and policy.config is config
+    assert {k: v["success"] for k, v in starts.items()} == {
+        "noise scale 1.0": 0.45, "noise scale 0.5": 0.52, "shared noise scale 1.0": 0.47,
+        "shared noise scale 0.5": 0.55, "zero noise": 0.44}
+    assert baseline == 0.55 and policy.config is config
 
 
 
@@ -535,9 +543,11 @@ def test_shared_noise_serves_the_vla_from_one_seeded_draw_of_the_actions_size_at
     observations = {k: v[None] for k, v in obs.items()}
     prefix, lens = np.zeros((1, 0, env.action_spec.dim), np.float32), np.zeros(1, np.int64)
     torch.manual_seed(7)
-    served = vla_dsrl.SharedNoise(policy).predict_chunk(observations, prefix, lens)
+    served = vla_dsrl.SharedNoise(policy, 0.5).predict_chunk(observations, prefix, lens)
+    after = torch.randn(1)  # what the generator gives next: A values were drawn, not H * A
     torch.manual_seed(7)  # the draw is torch's, so the loop's per-episode seeding (NoiseDraw's draws) sets it
-    v = torch.randn(1, 1, env.action_spec.dim)
+    v = 0.5 * torch.randn(1, 1, env.action_spec.dim)
+    assert torch.equal(after, torch.randn(1))
     with torch.no_grad():
         expected = policy.chunk_from_noise(policy.observation_tensors(observations), v.repeat(1, policy.horizon, 1),
                                            torch.as_tensor(prefix), torch.as_tensor(lens)).numpy()

@@ -207,6 +207,26 @@ def test_shared_noise_is_one_action_sized_choice_started_at_every_position_of_th
     assert any(not torch.equal(v, before[k]) for k, v in policy.noise_actor.state_dict().items())
     with pytest.raises(RuntimeError):  # Q_W takes the A-vector, not the chunk's H * A noise
         algo.noise_critic(policy.normalise(state), w.flatten(1))
+    # without the noise critic pi_W's gradient comes through F from the repeated vector
+    through_flow = DSRL(policy, DSRLConfig(critic_hidden_dims=[32, 32], critic_horizon=2))
+    before = {k: v.clone() for k, v in policy.noise_actor.state_dict().items()}
+    assert "actor_loss" in through_flow.update(batch)
+    assert any(not torch.equal(v, before[k]) for k, v in policy.noise_actor.state_dict().items())
+    # the noise bound's constant: log pi_W(v) = log pi(u) - |W| log b, |W| = A
+    wide = DSRLPolicy(OBS, ACT, DSRLPolicyConfig(base=BASE, base_checkpoint=_base_checkpoint(tmp_path),
+                                                 hidden_dims=[32, 32], shared_noise=True, noise_bound=2.0))
+    wide.noise_actor.load_state_dict(policy.noise_actor.state_dict())
+    torch.manual_seed(1)
+    _, narrow_log_prob = policy.noise(state)
+    torch.manual_seed(1)
+    _, wide_log_prob = wide.noise(state)
+    torch.testing.assert_close(wide_log_prob, narrow_log_prob - 3 * (np.log(2.0) - np.log(1.5)))
+    # a run resumed with the other setting is told which
+    per_action = DSRLPolicy(OBS, ACT, DSRLPolicyConfig(base=BASE, base_checkpoint=_base_checkpoint(tmp_path),
+                                                       hidden_dims=[32, 32]))
+    resumed = DSRL(per_action, DSRLConfig(critic_hidden_dims=[32, 32], noise_critic=True, critic_horizon=2))
+    with pytest.raises(ValueError, match="policy.shared_noise it was saved with"):
+        resumed.load_state_dict(algo.state_dict())
 
 
 def test_a_critic_horizon_other_than_the_executed_actions_is_warned_of(tmp_path, capsys):

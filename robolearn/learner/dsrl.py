@@ -246,6 +246,11 @@ class DSRL:
             saved = "with" if "noise_critic" in state else "without"
             raise ValueError(f"algo.noise_critic is {str(self.noise_critic is not None).lower()} but the checkpoint "
                              f"was saved {saved} a noise critic: resume with the setting it was saved with")
+        chosen = state["actor"]["noise_actor.gaussian.weight"].shape[0] // 2  # the mean and log std of each element
+        if chosen != self.actor.noise_dim:
+            raise ValueError(f"the checkpoint's noise policy chooses {chosen} noise elements, policy.shared_noise="
+                             f"{str(self.actor.config.shared_noise).lower()} {self.actor.noise_dim}: resume with the "
+                             "policy.shared_noise it was saved with")
         self.actor.load_state_dict(state["actor"])
         self.critic.load_state_dict(state["critic"])
         self.critic_target.load_state_dict(state["critic_target"])
