@@ -467,9 +467,9 @@ def test_bench_vla_dagger_refines_on_the_demos_and_the_oracles_labels_of_the_bc_
     assert "--dagger must be >= 0, and its rollouts are trained on in the refinement" in capsys.readouterr().err
 
 
-def test_replayed_noise_records_the_policys_own_draw_and_replays_it_perturbed_by_s():
-    """Recording serves the chunk the VLA would sample itself from the same seeding (the evaluation's draw 0); a
-    replay at s = 0 repeats every recorded chunk, at s > 0 it starts from other noise of the same prior."""
+def _vla_and_a_first_request() -> tuple[VLAPolicy, dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """An untrained VLA (seed 0) in eval mode and the first request of development episode 50000: its observations
+    (a batch of 1), an empty prefix and its length."""
     env = make_env(instructions(), scene_state=False)
     try:
         torch.manual_seed(0)
@@ -477,8 +477,14 @@ def test_replayed_noise_records_the_policys_own_draw_and_replays_it_perturbed_by
         obs, _ = env.reset(seed=50_000)
     finally:
         env.close()
-    observations = {k: v[None] for k, v in obs.items()}
     prefix, lens = np.zeros((1, 0, env.action_spec.dim), np.float32), np.zeros(1, np.int64)
+    return policy, {k: v[None] for k, v in obs.items()}, prefix, lens
+
+
+def test_replayed_noise_records_the_policys_own_draw_and_replays_it_perturbed_by_s():
+    """Recording serves the chunk the VLA would sample itself from the same seeding (the evaluation's draw 0); a
+    replay at s = 0 repeats every recorded chunk, at s > 0 it starts from other noise of the same prior."""
+    policy, observations, prefix, lens = _vla_and_a_first_request()
     served = vla_dsrl.ReplayedNoise(policy)
 
     def chunks() -> list[np.ndarray]:
@@ -533,20 +539,12 @@ def test_a_replays_noise_is_the_recorded_noises_prior_correlated_sqrt_1_minus_s_
 
 
 def test_shared_noise_serves_the_vla_from_one_seeded_draw_of_the_actions_size_at_every_position():
-    env = make_env(instructions(), scene_state=False)
-    try:
-        torch.manual_seed(0)
-        policy = VLAPolicy(env.observation_spec, env.action_spec, policy_config()).eval()
-        obs, _ = env.reset(seed=50_000)
-    finally:
-        env.close()
-    observations = {k: v[None] for k, v in obs.items()}
-    prefix, lens = np.zeros((1, 0, env.action_spec.dim), np.float32), np.zeros(1, np.int64)
+    policy, observations, prefix, lens = _vla_and_a_first_request()
     torch.manual_seed(7)
     served = vla_dsrl.SharedNoise(policy, 0.5).predict_chunk(observations, prefix, lens)
     after = torch.randn(1)  # what the generator gives next: A values were drawn, not H * A
     torch.manual_seed(7)  # the draw is torch's, so the loop's per-episode seeding (NoiseDraw's draws) sets it
-    v = 0.5 * torch.randn(1, 1, env.action_spec.dim)
+    v = 0.5 * torch.randn(1, 1, policy.action_dim)
     assert torch.equal(after, torch.randn(1))
     with torch.no_grad():
         expected = policy.chunk_from_noise(policy.observation_tensors(observations), v.repeat(1, policy.horizon, 1),
