@@ -363,37 +363,48 @@ def pass_at(ok: torch.Tensor) -> dict:
             "episodes_never": int((rate == 0).sum())}
 
 
-class SharedNoise(torch.nn.Module):
-    """``policy`` served from one A-element noise ``scale`` x N(0, I) (torch's generator, which the loop seeds per
-    episode) started at every one of the chunk's H positions: the kind of noise ``--shared-noise``'s noise policy
-    chooses, sampled as the VLA samples its own."""
+class ServedFromNoise(torch.nn.Module):
+    """``policy`` served (``predict_chunk``, as the runner calls it) from the noise ``draw`` gives each chunk instead
+    of the noise it would draw itself."""
 
-    def __init__(self, policy: VLAPolicy, scale: float) -> None:
+    def __init__(self, policy: VLAPolicy) -> None:
         super().__init__()
-        self.policy, self.scale = policy, scale
+        self.policy = policy
 
     @property
     def horizon(self) -> int:
         """The policy's chunk length (the runner checks a request's prefix against it)."""
         return self.policy.horizon
 
+    def draw(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """The next chunk's noise of ``shape`` (B, H, A)."""
+        raise NotImplementedError
+
     @torch.no_grad()
     def predict_chunk(self, observations: dict[str, np.ndarray], prefix: np.ndarray, prefix_len: np.ndarray,
-                      explore: bool = False) -> np.ndarray:  # noqa: ARG002 (the noise is drawn here)
+                      explore: bool = False) -> np.ndarray:  # noqa: ARG002 (the noise is draw's)
+        noise = self.draw((len(prefix_len), self.horizon, self.policy.action_dim))
+        obs = self.policy.observation_tensors(observations)
+        return self.policy.chunk_from_noise(obs, noise, torch.as_tensor(prefix, dtype=torch.float32),
+                                            torch.as_tensor(prefix_len, dtype=torch.long)).numpy().astype(np.float32)
+
+
+class SharedNoise(ServedFromNoise):
+    """``policy`` served from one A-element noise ``scale`` x N(0, I) (torch's generator, which the loop seeds per
+    episode) started at every one of the chunk's H positions: the kind of noise ``--shared-noise``'s noise policy
+    chooses, sampled as the VLA samples its own."""
+
+    def __init__(self, policy: VLAPolicy, scale: float) -> None:
+        super().__init__(policy)
+        self.scale = scale
+
+    def draw(self, shape: tuple[int, ...]) -> torch.Tensor:
+        batch, horizon, action_dim = shape
         device = next(self.policy.parameters()).device
-        noise = self.scale * torch.randn(len(prefix_len), 1, self.policy.action_dim, device=device)
-        return chunk_from(self.policy, observations, noise.repeat(1, self.horizon, 1), prefix, prefix_len)
+        return (self.scale * torch.randn(batch, 1, action_dim, device=device)).repeat(1, horizon, 1)
 
 
-def chunk_from(policy: VLAPolicy, observations: dict[str, np.ndarray], noise: torch.Tensor, prefix: np.ndarray,
-               prefix_len: np.ndarray) -> np.ndarray:
-    """``policy``'s chunks (B, H, A) float32 from ``noise`` (B, H, A), served as ``predict_chunk`` serves them."""
-    obs = policy.observation_tensors(observations)
-    return policy.chunk_from_noise(obs, noise, torch.as_tensor(prefix, dtype=torch.float32),
-                                   torch.as_tensor(prefix_len, dtype=torch.long)).numpy().astype(np.float32)
-
-
-class ReplayedNoise(torch.nn.Module):
+class ReplayedNoise(ServedFromNoise):
     """``--noise-sensitivity``: ``policy`` served from noise it is handed. Recording, each chunk's noise is drawn as
     the policy draws it itself (``noise_scale`` x N(0, I) from torch's generator, which the loop seeds per episode,
     so an episode recorded from the evaluation's seeding is its draw 0) and kept in ``noises``; replaying, chunk j
@@ -402,17 +413,11 @@ class ReplayedNoise(torch.nn.Module):
     an independent draw)."""
 
     def __init__(self, policy: VLAPolicy, seed: int = 0) -> None:
-        super().__init__()
-        self.policy = policy
+        super().__init__(policy)
         self.noises: list[torch.Tensor] = []
         self.scale: float | None = None  # None: record
         self.generator = torch.Generator().manual_seed(seed)
         self._next = 0
-
-    @property
-    def horizon(self) -> int:
-        """The policy's chunk length (the runner checks a request's prefix against it)."""
-        return self.policy.horizon
 
     def record(self) -> None:
         self.noises, self.scale, self._next = [], None, 0
@@ -435,12 +440,6 @@ class ReplayedNoise(torch.nn.Module):
         self._next += 1
         eps = sigma * torch.randn(shape, generator=self.generator)
         return math.sqrt(1 - self.scale ** 2) * kept + self.scale * eps
-
-    @torch.no_grad()
-    def predict_chunk(self, observations: dict[str, np.ndarray], prefix: np.ndarray, prefix_len: np.ndarray,
-                      explore: bool = False) -> np.ndarray:  # noqa: ARG002 (the noise is the module's)
-        noise = self.draw((len(prefix_len), self.horizon, self.policy.action_dim))
-        return chunk_from(self.policy, observations, noise, prefix, prefix_len)
 
 
 SENSITIVITY_SCALES = (0.0, 0.05, 0.15, 0.4, 1.0)  # s of --noise-sensitivity's replays
@@ -634,7 +633,9 @@ def main() -> None:
         policy, _ = load_policy(env, config, base, settings, "--base")
         if args.pass_at:
             drawn = SharedNoise(policy, config.noise_scale) if args.shared_noise else policy
-            name, measured = "pass_at", pass_at(draw_outcomes(env, drawn, args.pass_at, args.episodes, args.eval_seed))
+            name, measured = "pass_at", {"shared_noise": args.shared_noise,
+                                         **pass_at(draw_outcomes(env, drawn, args.pass_at, args.episodes,
+                                                                 args.eval_seed))}
         else:
             name, measured = "noise_sensitivity", {
                 "scales": list(SENSITIVITY_SCALES),
@@ -642,7 +643,7 @@ def main() -> None:
         env.close()
         path = workdir / f"{name}.json"
         path.write_text(json.dumps({"command": command, "commit": COMMIT, "checkpoint": str(base),
-                                    "noise_scale": config.noise_scale, "shared_noise": args.shared_noise,
+                                    "noise_scale": config.noise_scale,
                                     "seeds": f"{args.eval_seed}..{args.eval_seed + args.episodes - 1}", **measured},
                                    indent=1) + "\n")
         shown = (f"pass@k {measured['pass_at']}" if args.pass_at
@@ -659,8 +660,7 @@ def main() -> None:
     else:
         policy, bc_record = load_policy(env, config, base, settings, "--base")
     start = {k: v.clone() for k, v in policy.state_dict().items()}
-    # the gain is over the best of them
-    starts, baseline = start_success(env, config, policy, start, held_out)
+    starts, baseline = start_success(env, config, policy, start, held_out)  # the gain is over the best of them
     before, zero = starts[f"noise scale {config.noise_scale}"], starts["zero noise"]
     print("BC start: " + "; ".join(f"{k} {v['success']:.2f} {v['per_colour']}" for k, v in starts.items()), flush=True)
 
