@@ -41,7 +41,7 @@ test-all: setup chromium
 	$(PYTEST) --durations=10
 
 bench-reach: setup
-	$(VENV)/bin/python benchmarks/learn_reach.py
+	$(VENV)/bin/python benchmarks/learn_reach.py $(ARGS)
 
 bench-buffer: setup
 	$(VENV)/bin/python benchmarks/buffer.py $(ARGS)

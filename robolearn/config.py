@@ -7,7 +7,7 @@ already refuses an override of a key that does not exist. The schedule defaults 
 (``learner/<algo>``) are ``LearnerConfig`` with that algorithm's ``LEARNER_DEFAULTS``.
 
 Every choice group (task, robot, policy, algo, runtime) is checked against the config dataclass
-registered under its ``name``, and the fixed sections (``learner``, ``actor``, ``budget``, ``buffer``)
+registered under its ``name``, and the fixed sections (``learner``, ``actor``, ``gui``, ``budget``, ``buffer``)
 against theirs; unknown keys, wrong types and out-of-range values fail at start with a message that
 names the key (``ConfigError``). Who owns what: ``algo`` the losses, ``learner`` the schedule of updates,
 ``actor`` how a robot is driven, ``runtime`` only where the processes run.
