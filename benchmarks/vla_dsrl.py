@@ -21,6 +21,7 @@
            task.camera_size=64 task.camera_shadows=false +task.instructions.<colour>=[vla.py's training sentences]
            policy=dsrl policy.base.name=vla policy.base.<the VLA's settings> policy.base_checkpoint=<the BC start>
            policy.noise_bound=<--noise-bound> algo=dsrl algo.actor_warmup=<--actor-warmup>
+           algo.actor_update_every=<--actor-update-every>
            algo.target_entropy_per_dim=<--target-entropy-per-dim> algo.init_temperature=<--init-temperature>
            algo.noise_critic=<--noise-critic> policy.shared_noise=<--shared-noise>
            algo.critic_horizon=<--critic-horizon, default 5: the critic scores the actions each chunk executes>
@@ -175,6 +176,7 @@ def run_overrides(base: Path, task: PickCubeColorConfig, config: VLAPolicyConfig
                 for k in ("mode", "splice", "max_prefix", "execute_horizon")]
     overrides = [*task_overrides(task), "policy=dsrl", *base_overrides(config), f"policy.base_checkpoint='{base}'",
                  f"policy.noise_bound={args.noise_bound}", "algo=dsrl", f"algo.actor_warmup={args.actor_warmup}",
+                 f"algo.actor_update_every={args.actor_update_every}",
                  f"algo.target_entropy_per_dim={args.target_entropy_per_dim}",
                  f"algo.init_temperature={args.init_temperature}", f"algo.noise_critic={args.noise_critic}",
                  f"policy.shared_noise={args.shared_noise}",
@@ -538,6 +540,9 @@ def main() -> None:
     ap.add_argument("--utd", type=float, default=0.25, help="learner updates per env step")
     ap.add_argument("--noise-bound", type=float, default=1.0, help="policy.noise_bound: the noise's range")
     ap.add_argument("--actor-warmup", type=int, default=400, help="algo.actor_warmup: critic-only updates first")
+    ap.add_argument("--actor-update-every", type=int, default=1, help="algo.actor_update_every: pi_W (and the "
+                    "temperature) step once every this many critic updates (with --utd, more critic updates per env "
+                    "step for the same noise-policy steps)")
     ap.add_argument("--target-entropy-per-dim", type=float, default=-0.5,
                     help="algo.target_entropy_per_dim: the noise policy's target entropy per noise element")
     ap.add_argument("--init-temperature", type=float, default=0.1,
@@ -700,7 +705,8 @@ def main() -> None:
                                   "target_entropy_per_dim": args.target_entropy_per_dim,
                                   "init_temperature": args.init_temperature, "noise_critic": args.noise_critic,
                                   "shared_noise": args.shared_noise,
-                                  "actor_warmup": args.actor_warmup, "learner_threads": 2,
+                                  "actor_warmup": args.actor_warmup, "actor_update_every": args.actor_update_every,
+                                  "learner_threads": 2,
                                   "critic_demos": args.critic_demos, "shaped_reward": task.shaped_reward,
                                   "demo_ratio": args.demo_ratio if args.critic_demos else 0.0,
                                   "execute_horizon": EXECUTE,

@@ -77,7 +77,8 @@ def test_critic_demos_are_recorded_by_the_shipped_recorder_once_and_reach_the_ru
     with pytest.raises(RuntimeError, match="crimson"):
         vla_dsrl.critic_demos(tmp_path, reworded, 1)
 
-    args = argparse.Namespace(noise_bound=1.0, actor_warmup=400, target_entropy_per_dim=-0.5, init_temperature=0.1,
+    args = argparse.Namespace(noise_bound=1.0, actor_warmup=400, actor_update_every=1, target_entropy_per_dim=-0.5,
+                              init_temperature=0.1,
                               noise_critic=False, critic_horizon=5, utd=0.25, env_steps=100, minutes=1.0,
                               demo_ratio=0.5, shared_noise=False)
     ckpt = tmp_path / "bc" / "latest.pt"
@@ -90,6 +91,9 @@ def test_critic_demos_are_recorded_by_the_shipped_recorder_once_and_reach_the_ru
     args.shared_noise = True
     shared = validate(compose(overrides=vla_dsrl.run_overrides(ckpt, task, policy_config(), 0, args)))
     assert shared.policy.shared_noise  # --shared-noise reaches the run's noise policy
+    args.actor_update_every = 4
+    fewer = validate(compose(overrides=vla_dsrl.run_overrides(ckpt, task, policy_config(), 0, args)))
+    assert (without.algo.actor_update_every, fewer.algo.actor_update_every) == (1, 4)  # --actor-update-every reaches it
 
 
 def test_pass_at_k_counts_episodes_with_a_success_in_their_first_k_draws():
