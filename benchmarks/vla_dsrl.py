@@ -596,6 +596,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.runs < 1:
         ap.error("--runs must be >= 1")
+    if args.actor_update_every < 1:  # algo.actor_update_every's own check, before the start's servings, not after
+        ap.error(f"--actor-update-every must be >= 1, got {args.actor_update_every}")
     if args.critic_demos < 0 or not 0 < args.demo_ratio < 1:
         ap.error(f"--critic-demos must be >= 0 and --demo-ratio in (0, 1), got {args.critic_demos}, "
                  f"{args.demo_ratio}")

@@ -556,3 +556,16 @@ def test_shared_noise_serves_the_vla_from_one_seeded_draw_of_the_actions_size_at
     np.testing.assert_array_equal(served, expected)
     torch.manual_seed(7)
     assert not np.array_equal(policy.predict_chunk(observations, prefix, lens), served)  # not the VLA's own noise
+
+
+def test_an_actor_update_every_below_one_is_refused_before_anything_runs(monkeypatch, capsys):
+    """algo.actor_update_every's own check would only fail the first DSRL run, after the start's servings."""
+    monkeypatch.setattr(sys, "argv", ["vla_dsrl.py", "--actor-update-every", "0", "--eval-seed", "50000",
+                                      "--runs", "1"])
+
+    def past_the_checks() -> None:
+        raise AssertionError("main went past its argument checks")
+    monkeypatch.setattr(vla_dsrl, "register_builtins", past_the_checks)  # what main does first after them
+    with pytest.raises(SystemExit):
+        vla_dsrl.main()
+    assert "--actor-update-every must be >= 1, got 0" in capsys.readouterr().err
